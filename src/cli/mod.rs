@@ -1,0 +1,110 @@
+//! Command-line interface. Each subcommand lives in its own file with an `Args` struct and a `run` function;
+//! this file only dispatches and turns errors into messages and exit codes (2 for bad input, 1 otherwise).
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+mod bench;
+mod collect;
+mod data;
+mod devices;
+mod estimate;
+mod import;
+mod import_onnx;
+mod inspect;
+mod outliers;
+mod train;
+mod validate;
+mod zoo;
+
+#[derive(Parser)]
+#[command(
+    name = "perfmodel",
+    version,
+    about = "Predict latency, energy and memory of neural-network inference on a device"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show per-layer shapes, parameters, FLOPs and tensor sizes of a network (net.json or .onnx)
+    Inspect(inspect::Args),
+    /// The model zoo: export architectures as net.json, sample representative layer configs
+    #[command(subcommand)]
+    Zoo(zoo::Command),
+    /// Convert an ONNX model to net.json
+    ImportOnnx(import_onnx::Args),
+    /// Run a whole network with the real engine on this machine and time it per layer
+    Bench(bench::Args),
+    /// Measure sampled layer configs on a device
+    Collect(collect::Args),
+    /// List device profiles and which sensors are available here
+    Devices(devices::Args),
+    /// Manage collected data (merge shards)
+    #[command(subcommand)]
+    Data(data::Command),
+    /// Train per-(layer type, metric) predictors for a device
+    Train(train::Args),
+    /// Import published measurement datasets
+    #[command(subcommand)]
+    Import(import::Command),
+    /// Estimate latency, energy and memory of a network on a device
+    Estimate(estimate::Args),
+    /// Compare estimates with real whole-network runs
+    Validate(validate::Args),
+    /// Flag layers whose measured time is far above prediction
+    Outliers(outliers::Args),
+}
+
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect(a) => inspect::run(a),
+        Command::Zoo(c) => zoo::run(c),
+        Command::ImportOnnx(a) => import_onnx::run(a),
+        Command::Bench(a) => bench::run(a),
+        Command::Collect(a) => collect::run(a),
+        Command::Devices(a) => devices::run(a),
+        Command::Data(c) => data::run(c),
+        Command::Train(a) => train::run(a),
+        Command::Import(c) => import::run(c),
+        Command::Estimate(a) => estimate::run(a),
+        Command::Validate(a) => validate::run(a),
+        Command::Outliers(a) => outliers::run(a),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            exit_code(&e)
+        }
+    }
+}
+
+/// 2 for errors in what the user gave us (like clap's usage errors), 1 for failures of the machine or engine.
+fn exit_code(e: &anyhow::Error) -> i32 {
+    use perfmodel::Error;
+    match e.downcast_ref::<Error>() {
+        Some(Error::Io { .. } | Error::Executor(_) | Error::Sensor { .. }) => 1,
+        Some(_) => 2,
+        None => 1,
+    }
+}
+
+/// A project directory (`data`, `models`, `zoo`, `collectors`): `./NAME` when it exists, else the one shipped
+/// beside the sources this binary was built from, so `cargo run` and an installed binary both find them.
+pub fn default_dir(name: &str) -> PathBuf {
+    let local = PathBuf::from(name);
+    if local.exists() {
+        return local;
+    }
+    let shipped = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(name);
+    if shipped.exists() {
+        shipped
+    } else {
+        local
+    }
+}

@@ -1,0 +1,116 @@
+//! Typed errors for the library. The binary turns them into messages and exit codes; every error about user
+//! input names the file, and where it applies the layer (name and index) and the field, so a user can fix the
+//! input without reading the source.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Where in a network description an error was found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Location {
+    /// File the network came from (`<memory>` for text passed in directly).
+    pub file: String,
+    /// Layer name and 0-based index, when the error is inside one layer.
+    pub layer: Option<(String, usize)>,
+    /// The offending field (JSON key), when one is to blame.
+    pub field: Option<String>,
+}
+
+impl Location {
+    pub fn file(file: impl Into<String>) -> Self {
+        Location { file: file.into(), layer: None, field: None }
+    }
+    pub fn layer(mut self, name: impl Into<String>, index: usize) -> Self {
+        self.layer = Some((name.into(), index));
+        self
+    }
+    pub fn field(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file)?;
+        if let Some((name, index)) = &self.layer {
+            write!(f, ": layer '{name}' (#{index})")?;
+        }
+        if let Some(field) = &self.field {
+            write!(f, ", field '{field}'")?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A network or layer description is invalid (bad JSON, unknown type or key, impossible shapes, cycles...).
+    #[error("{location}: {message}")]
+    Spec { location: Location, message: String },
+
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+
+    /// A data file (CSV) is malformed.
+    #[error("{}: line {line}: {message}", path.display())]
+    Data { path: PathBuf, line: u64, message: String },
+
+    /// A trained model is missing, corrupt or does not match this build / these features.
+    #[error("{}: {message}", path.display())]
+    Model { path: PathBuf, message: String },
+
+    /// Unknown device or invalid device profile.
+    #[error("device '{device}': {message}")]
+    Device { device: String, message: String },
+
+    /// A sensor could not be read or is not present on this machine.
+    #[error("{sensor}: {message}")]
+    Sensor { sensor: String, message: String },
+
+    /// The inference engine failed to build or run a workload.
+    #[error("executor: {0}")]
+    Executor(String),
+
+    /// An ONNX graph could not be imported.
+    #[error("{file}: {message}")]
+    Onnx { file: String, message: String },
+
+    /// Invalid argument to a library call (also used by the C ABI).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn spec(location: Location, message: impl Into<String>) -> Self {
+        Error::Spec { location, message: message.into() }
+    }
+    pub fn io(path: impl AsRef<Path>, source: std::io::Error) -> Self {
+        Error::Io { path: path.as_ref().to_path_buf(), source }
+    }
+    pub fn model(path: impl AsRef<Path>, message: impl Into<String>) -> Self {
+        Error::Model { path: path.as_ref().to_path_buf(), message: message.into() }
+    }
+    pub fn data(path: impl AsRef<Path>, line: u64, message: impl Into<String>) -> Self {
+        Error::Data { path: path.as_ref().to_path_buf(), line, message: message.into() }
+    }
+}
+
+/// Write `bytes` to `path` atomically: a temporary file in the same directory, fsync, then rename, so a crash
+/// never leaves a half-written file where a good one was expected.
+pub fn write_atomic(path: impl AsRef<Path>, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let path = path.as_ref();
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(&dir).map_err(|e| Error::io(&dir, e))?;
+    tmp.write_all(bytes).map_err(|e| Error::io(path, e))?;
+    tmp.as_file().sync_all().map_err(|e| Error::io(path, e))?;
+    tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
+    Ok(())
+}

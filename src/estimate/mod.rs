@@ -1,0 +1,409 @@
+//! Whole-network estimation: predict every layer in isolation, then combine.
+//!
+//! Latency is the sum of the layer latencies (the engine runs layers one after another); energy is
+//! Σ latencyₙ × powerₙ (ms × W = mJ), because power differs per layer; peak memory comes from a liveness walk over
+//! the DAG ([`memory`]), with the paper's two cruder rules ("two largest layer estimates", "2 × mean") reported
+//! beside it for comparison.
+//!
+//! A layer is answered by the first rule that applies, and the `predictor` of each layer says which one did:
+//! 1. `free`: views and inference no-ops (flatten, reshape, dropout) do no work: 0 ms, no allocation.
+//! 2. `fused:<producer>`: an activation the engine fuses into the convolution / dense kernel that produces its
+//!    input (linear, relu, relu6, leaky relu), and a batch norm directly after a convolution without activation
+//!    (folded into its weights), when that producer has no other consumer. The producer's prediction already
+//!    contains the work; the layer itself costs 0 ms and computes in place.
+//! 3. The method's predictor (a trained regressor, a baseline formula, a nearest measured sample).
+//! 4. `analytic:bandwidth`: a cheap memory-bound layer with no predictor (activation, batch norm, add, multiply,
+//!    concat, padding, cropping) takes the time to read its inputs and write its output at the device's memory
+//!    bandwidth, when the bandwidth is known.
+//! 5. `uncovered`: anything else gets no number (null), is listed under `uncovered` with its share of the
+//!    network's FLOPs, and a note says the total latency is a lower bound. Never a silent 0.
+//!
+//! A metric the device has no model for (power on a machine without a power sensor) is null with a note, never 0.
+
+pub mod baseline;
+pub mod memory;
+
+use crate::error::{Error, Location, Result};
+use crate::layer::{Activation, LayerConfig, LayerCost, LayerError, LayerType, Op};
+use crate::metric::Metric;
+use crate::network::{Network, Source};
+use crate::train::ModelStore;
+use baseline::Roofline;
+use memory::{Step, BYTES_PER_ELEMENT, MIB};
+use serde::{Serialize, Serializer};
+use std::path::Path;
+
+/// The device estimated for when none is named: the machine perfmodel runs on, measured with tract.
+pub const DEFAULT_DEVICE: &str = "local";
+
+/// How single layers are predicted.
+#[derive(Debug)]
+pub enum Method {
+    /// The device's trained per-(layer type, metric) regressors.
+    Learned(ModelStore),
+    /// Paleo's analytic roofline from the device's peak numbers.
+    Paleo(Roofline),
+}
+
+impl Method {
+    /// Names accepted on the command line, in the order of the variants.
+    pub const NAMES: [&'static str; 2] = ["learned", "paleo"];
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Method::Learned(_) => "learned",
+            Method::Paleo(_) => "paleo",
+        }
+    }
+
+    /// Whether at least one layer type has a model for `metric`.
+    fn covers(&self, metric: Metric) -> bool {
+        match self {
+            Method::Learned(store) => LayerType::ALL.iter().any(|&t| store.predictor(t, metric).is_some()),
+            Method::Paleo(_) => metric == Metric::Latency,
+        }
+    }
+
+    fn predict(&self, config: &LayerConfig, cost: &LayerCost) -> std::result::Result<Option<Prediction>, LayerError> {
+        let layer_type = config.layer_type();
+        match self {
+            Method::Learned(store) => {
+                let Some(latency) = store.predictor(layer_type, Metric::Latency) else { return Ok(None) };
+                let features = config.features()?;
+                let other = |metric| store.predictor(layer_type, metric).map(|p| p.predict(&features));
+                Ok(Some(Prediction {
+                    latency_ms: latency.predict(&features),
+                    power_w: other(Metric::Power),
+                    memory_mib: other(Metric::Memory),
+                    predictor: latency.method().to_string(),
+                }))
+            }
+            Method::Paleo(roofline) if layer_type != LayerType::Unsupported => Ok(Some(Prediction {
+                latency_ms: roofline.latency_ms(cost),
+                power_w: None,
+                memory_mib: None,
+                predictor: "paleo".to_string(),
+            })),
+            Method::Paleo(_) => Ok(None),
+        }
+    }
+}
+
+/// What a method says about one layer.
+struct Prediction {
+    latency_ms: f64,
+    power_w: Option<f64>,
+    /// The layer's whole memory while it runs, as the collector measures it (inputs, output, weights, scratch).
+    memory_mib: Option<f64>,
+    predictor: String,
+}
+
+/// Estimates whole networks for one device. Built once (loading models is the slow part), then reused; safe to
+/// share between threads.
+#[derive(Debug)]
+pub struct Estimator {
+    device: String,
+    method: Method,
+    memory_bandwidth_gbs: Option<f64>,
+    has_power: bool,
+    has_memory: bool,
+}
+
+impl Estimator {
+    /// The learned method with the trained models of `device` under `models_dir`.
+    pub fn open(models_dir: &Path, device: &str) -> Result<Estimator> {
+        Ok(Estimator::new(device, Method::Learned(ModelStore::open(models_dir, device)?)))
+    }
+
+    pub fn new(device: &str, method: Method) -> Estimator {
+        let memory_bandwidth_gbs = match &method {
+            Method::Paleo(r) => Some(r.memory_bandwidth_gbs),
+            _ => None,
+        };
+        Estimator {
+            device: device.to_string(),
+            has_power: method.covers(Metric::Power),
+            has_memory: method.covers(Metric::Memory),
+            method,
+            memory_bandwidth_gbs,
+        }
+    }
+
+    /// The same device predicted another way.
+    pub fn with_method(self, method: Method) -> Estimator {
+        let bandwidth = self.memory_bandwidth_gbs;
+        let mut e = Estimator::new(&self.device, method);
+        e.memory_bandwidth_gbs = e.memory_bandwidth_gbs.or(bandwidth);
+        e
+    }
+
+    /// The device's memory bandwidth, for the analytic cost of cheap layers that have no predictor.
+    pub fn with_memory_bandwidth(mut self, gbs: f64) -> Estimator {
+        self.memory_bandwidth_gbs = Some(gbs);
+        self
+    }
+
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+
+    pub fn method(&self) -> &Method {
+        &self.method
+    }
+
+    /// Estimate a network at its own batch size.
+    pub fn estimate(&self, net: &Network) -> Result<Estimate> {
+        let analysis = net.analyze()?;
+        let n = net.layers.len();
+        let mut consumers = vec![0u32; n];
+        for sources in &analysis.sources {
+            for s in sources {
+                if let Source::Layer(j) = s {
+                    consumers[*j] += 1;
+                }
+            }
+        }
+        let total_flops = analysis.total_flops();
+        let mut fused_into: Vec<Option<usize>> = vec![None; n];
+        let mut layers = Vec::with_capacity(n);
+        let mut steps = Vec::with_capacity(n);
+        let mut uncovered = Vec::new();
+        let mut missing_power = 0usize;
+        for (i, layer) in net.layers.iter().enumerate() {
+            let layer_type = layer.op.layer_type();
+            let cost = &analysis.costs[i];
+            let io_bytes = (cost.input_elems + cost.output_elems) * BYTES_PER_ELEMENT;
+            let weight_bytes = cost.weight_elems * BYTES_PER_ELEMENT;
+            let mut row = LayerEstimate {
+                name: layer.name.clone(),
+                layer_type,
+                latency_ms: Some(0.0),
+                power_w: None,
+                energy_mj: None,
+                memory_mib: 0.0,
+                predictor: String::new(),
+            };
+            let mut workspace_bytes = 0u64;
+            let executes = if layer_type.is_free() {
+                row.predictor.push_str("free");
+                false
+            } else if let Some(owner) = fusion_owner(net, &analysis.sources, &consumers, &fused_into, i) {
+                fused_into[i] = Some(owner);
+                row.predictor = format!("fused:{}", net.layers[owner].name);
+                false
+            } else {
+                let config = analysis.config(net, i);
+                let prediction = self.method.predict(&config, cost).map_err(|e| layer_error(net, i, e))?;
+                match prediction {
+                    Some(p) => {
+                        row.latency_ms = Some(p.latency_ms);
+                        row.power_w = p.power_w;
+                        row.predictor = p.predictor;
+                        if let Some(m) = p.memory_mib {
+                            workspace_bytes = ((m * MIB) as u64).saturating_sub(io_bytes + weight_bytes);
+                        }
+                    }
+                    None => match self.memory_bandwidth_gbs {
+                        Some(gbs) if is_memory_bound(layer_type) => {
+                            row.latency_ms = Some(1e3 * io_bytes as f64 / (gbs * 1e9));
+                            row.predictor.push_str("analytic:bandwidth");
+                        }
+                        _ => {
+                            row.latency_ms = None;
+                            row.predictor.push_str("uncovered");
+                            uncovered.push(Uncovered {
+                                name: layer.name.clone(),
+                                layer_type,
+                                flops: cost.flops,
+                                flops_share: if total_flops > 0 { cost.flops as f64 / total_flops as f64 } else { 0.0 },
+                            });
+                        }
+                    },
+                }
+                true
+            };
+            if executes {
+                row.memory_mib = (io_bytes + weight_bytes + workspace_bytes) as f64 / MIB;
+            }
+            if self.has_power {
+                row.energy_mj = match (row.latency_ms, row.power_w) {
+                    (Some(t), Some(p)) => Some(t * p),
+                    (Some(_), None) if !executes => Some(0.0),
+                    _ => {
+                        missing_power += 1;
+                        None
+                    }
+                };
+            }
+            steps.push(Step {
+                output_bytes: cost.output_elems * BYTES_PER_ELEMENT,
+                resident_bytes: weight_bytes + workspace_bytes,
+                executes,
+            });
+            layers.push(row);
+        }
+        let input_bytes = net.input_shape.iter().product::<usize>() as u64 * net.batch_size as u64 * BYTES_PER_ELEMENT;
+        let peak_memory_mib = memory::peak_bytes(&analysis.sources, &steps, input_bytes) as f64 / MIB;
+        let mut executed: Vec<f64> =
+            layers.iter().zip(&steps).filter(|(_, s)| s.executes).map(|(l, _)| l.memory_mib).collect();
+        executed.sort_by(|a, b| b.total_cmp(a));
+        let total = Totals {
+            latency_ms: layers.iter().filter_map(|l| l.latency_ms).sum(),
+            energy_mj: self.has_power.then(|| layers.iter().filter_map(|l| l.energy_mj).sum()),
+            peak_memory_mib,
+            memory_two_largest_mib: executed.iter().take(2).sum(),
+            memory_two_mean_mib: if executed.is_empty() {
+                0.0
+            } else {
+                2.0 * executed.iter().sum::<f64>() / executed.len() as f64
+            },
+        };
+        let notes = self.notes(&uncovered, missing_power);
+        Ok(Estimate {
+            network: net.name.clone(),
+            device: self.device.clone(),
+            batch_size: net.batch_size,
+            method: self.method.name(),
+            total,
+            layers,
+            uncovered,
+            notes,
+        })
+    }
+
+    fn notes(&self, uncovered: &[Uncovered], missing_power: usize) -> Vec<String> {
+        let mut notes = Vec::new();
+        let how = format!("device '{}' (method {})", self.device, self.method.name());
+        if !uncovered.is_empty() {
+            let share: f64 = uncovered.iter().map(|u| u.flops_share).sum();
+            let names: Vec<&str> = uncovered.iter().map(|u| u.name.as_str()).collect();
+            notes.push(format!(
+                "{} layer(s) have no predictor for {how} and are not counted, so total latency is a lower bound: {} ({:.1}% of the network's FLOPs)",
+                uncovered.len(),
+                names.join(", "),
+                100.0 * share
+            ));
+        }
+        if !self.has_power {
+            notes.push(format!("{how} has no power model: power and energy are null"));
+        } else if missing_power > 0 {
+            notes.push(format!(
+                "{missing_power} layer(s) have no power prediction for {how}: their energy is null and the total energy leaves them out"
+            ));
+        }
+        if !self.has_memory {
+            notes.push(format!(
+                "{how} has no memory model: layer memory and peak memory count tensors and weights only, without workspace"
+            ));
+        }
+        notes
+    }
+}
+
+/// Activation functions the engine applies inside the convolution / matrix-multiply kernel.
+fn fuses_into_kernel(a: Activation) -> bool {
+    matches!(a, Activation::Linear | Activation::Relu | Activation::Relu6 | Activation::LeakyRelu)
+}
+
+/// The layer whose kernel computes layer `i` in place (rule 2 of the module docs), if any.
+fn fusion_owner(
+    net: &Network,
+    sources: &[Vec<Source>],
+    consumers: &[u32],
+    fused_into: &[Option<usize>],
+    i: usize,
+) -> Option<usize> {
+    let [Source::Layer(j)] = sources[i].as_slice() else { return None };
+    let j = *j;
+    if consumers[j] != 1 {
+        return None;
+    }
+    match (&net.layers[i].op, &net.layers[j].op) {
+        (Op::Activation(a), Op::Conv2d(_) | Op::DepthwiseConv2d(_) | Op::Dense(_)) if fuses_into_kernel(*a) => Some(j),
+        (Op::Activation(a), _) if fuses_into_kernel(*a) => fused_into[j],
+        (Op::BatchNorm, Op::Conv2d(c)) if c.activation == Activation::Linear => Some(j),
+        (Op::BatchNorm, Op::DepthwiseConv2d(c)) if c.activation == Activation::Linear => Some(j),
+        _ => None,
+    }
+}
+
+/// Layer types cheap enough to cost their memory traffic when no predictor knows them.
+fn is_memory_bound(t: LayerType) -> bool {
+    matches!(
+        t,
+        LayerType::Activation
+            | LayerType::BatchNorm
+            | LayerType::Add
+            | LayerType::Multiply
+            | LayerType::Concat
+            | LayerType::ZeroPadding2d
+            | LayerType::Cropping2d
+    )
+}
+
+fn layer_error(net: &Network, i: usize, e: LayerError) -> Error {
+    let mut location = Location::file(format!("network '{}'", net.name)).layer(net.layers[i].name.clone(), i);
+    if let Some(field) = e.field {
+        location = location.field(field);
+    }
+    Error::spec(location, e.message)
+}
+
+fn layer_type_name<S: Serializer>(t: &LayerType, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(t.as_str())
+}
+
+/// A whole-network estimate (the JSON of `perfmodel estimate --format json` and of the C ABI).
+#[derive(Debug, Clone, Serialize)]
+pub struct Estimate {
+    pub network: String,
+    pub device: String,
+    pub batch_size: usize,
+    pub method: &'static str,
+    pub total: Totals,
+    pub layers: Vec<LayerEstimate>,
+    pub uncovered: Vec<Uncovered>,
+    /// Why some numbers are null or partial.
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Totals {
+    /// Sum of the layer latencies that are known (a lower bound when layers are uncovered).
+    pub latency_ms: f64,
+    /// Σ latency × power; null when the device has no power model.
+    pub energy_mj: Option<f64>,
+    /// From the liveness walk.
+    pub peak_memory_mib: f64,
+    /// The paper's rule: sum of the two largest layer memory estimates.
+    pub memory_two_largest_mib: f64,
+    /// The paper's rule: twice the mean layer memory estimate.
+    pub memory_two_mean_mib: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LayerEstimate {
+    pub name: String,
+    #[serde(rename = "type", serialize_with = "layer_type_name")]
+    pub layer_type: LayerType,
+    /// Null when no predictor covers the layer.
+    pub latency_ms: Option<f64>,
+    pub power_w: Option<f64>,
+    pub energy_mj: Option<f64>,
+    /// Memory while the layer runs: inputs, output, weights and workspace (0 for layers that do not execute).
+    pub memory_mib: f64,
+    /// What answered: a trained method (`ert`, `knn`, ...), `paleo`, `free`, `fused:<layer>`, `analytic:bandwidth`
+    /// or `uncovered`.
+    pub predictor: String,
+}
+
+/// A layer nothing could predict.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Uncovered {
+    pub name: String,
+    #[serde(rename = "type", serialize_with = "layer_type_name")]
+    pub layer_type: LayerType,
+    pub flops: u64,
+    /// Fraction (0..1) of the network's FLOPs.
+    pub flops_share: f64,
+}

@@ -1,0 +1,229 @@
+//! The trained models in the form they are stored and evaluated: flat arrays, no pointers, no library types.
+//!
+//! Training libraries keep trees as nested structs that serialise to hundreds of megabytes of JSON; estimation
+//! needs microsecond queries and a store of a few megabytes. So every fitted model is converted once into one of
+//! the plain forms below, and cross-validation scores that same form, so the model that was validated is exactly
+//! the model that is shipped.
+
+use serde::{Deserialize, Serialize};
+
+/// Marks a leaf in [`FlatForest::feature`].
+pub const LEAF: u16 = u16::MAX;
+
+/// A forest of binary regression trees in contiguous arrays (preorder layout: the left child of node `i` is
+/// `i + 1`, the right child is `right[i]`). A node is a leaf when `feature[i] == LEAF`; its value is then
+/// `value[i]`. Otherwise a row goes left when `x[feature[i]] <= value[i]`.
+/// The prediction is `base + scale * Σ_trees leaf` (mean of the trees for a random forest, shrunken sum for
+/// boosting).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlatForest {
+    pub feature: Vec<u16>,
+    pub value: Vec<f64>,
+    pub right: Vec<u32>,
+    pub roots: Vec<u32>,
+    pub base: f64,
+    pub scale: f64,
+}
+
+impl FlatForest {
+    pub fn predict(&self, x: &[f64]) -> f64 {
+        let mut sum = 0.0;
+        for &root in &self.roots {
+            let mut i = root as usize;
+            loop {
+                let f = self.feature[i];
+                if f == LEAF {
+                    sum += self.value[i];
+                    break;
+                }
+                i = if x[f as usize] <= self.value[i] { i + 1 } else { self.right[i] as usize };
+            }
+        }
+        self.base + self.scale * sum
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.feature.len()
+    }
+
+    /// Deepest root-to-leaf path over all trees (a root alone has depth 0).
+    pub fn max_depth(&self) -> usize {
+        let mut deepest = 0;
+        for &root in &self.roots {
+            let mut stack = vec![(root as usize, 0usize)];
+            while let Some((i, depth)) = stack.pop() {
+                if self.feature[i] == LEAF {
+                    deepest = deepest.max(depth);
+                } else {
+                    stack.push((i + 1, depth + 1));
+                    stack.push((self.right[i] as usize, depth + 1));
+                }
+            }
+        }
+        deepest
+    }
+}
+
+/// Per-feature standardisation `(x - mean) / scale`; constant features get scale 1 and contribute nothing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Standardizer {
+    pub mean: Vec<f64>,
+    pub scale: Vec<f64>,
+}
+
+impl Standardizer {
+    pub fn fit(rows: &[Vec<f64>]) -> Standardizer {
+        let d = rows.first().map_or(0, Vec::len);
+        let n = rows.len().max(1) as f64;
+        let mut mean = vec![0.0; d];
+        for r in rows {
+            for (m, v) in mean.iter_mut().zip(r) {
+                *m += v / n;
+            }
+        }
+        let mut var = vec![0.0; d];
+        for r in rows {
+            for ((s, v), m) in var.iter_mut().zip(r).zip(&mean) {
+                *s += (v - m) * (v - m) / n;
+            }
+        }
+        let scale = var.iter().map(|v| if *v > 0.0 { v.sqrt() } else { 1.0 }).collect();
+        Standardizer { mean, scale }
+    }
+
+    pub fn apply(&self, x: &[f64]) -> Vec<f64> {
+        x.iter().zip(&self.mean).zip(&self.scale).map(|((v, m), s)| (v - m) / s).collect()
+    }
+}
+
+/// k nearest neighbours on standardised features: the training points (f32, row-major) and their targets.
+/// Constant features are dropped (`columns` lists the kept ones) so they cost no time per query.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Knn {
+    pub k: usize,
+    pub distance_weighted: bool,
+    pub columns: Vec<u16>,
+    pub mean: Vec<f64>,
+    pub scale: Vec<f64>,
+    pub points: Vec<f32>,
+    pub targets: Vec<f64>,
+}
+
+impl Knn {
+    pub fn predict(&self, x: &[f64]) -> f64 {
+        let d = self.columns.len();
+        let query: Vec<f32> = self
+            .columns
+            .iter()
+            .zip(&self.mean)
+            .zip(&self.scale)
+            .map(|((&c, m), s)| ((x[c as usize] - m) / s) as f32)
+            .collect();
+        // The k best (squared distance, row) so far, sorted ascending; k is small.
+        let k = self.k.min(self.targets.len()).max(1);
+        let mut best: Vec<(f32, usize)> = Vec::with_capacity(k + 1);
+        for (row, point) in self.points.chunks_exact(d.max(1)).enumerate() {
+            let dist: f32 = point.iter().zip(&query).map(|(p, q)| (p - q) * (p - q)).sum();
+            if best.len() < k || dist < best[best.len() - 1].0 {
+                let at = best.partition_point(|(b, _)| *b <= dist);
+                best.insert(at, (dist, row));
+                best.truncate(k);
+            }
+        }
+        if best.is_empty() {
+            return 0.0;
+        }
+        if self.distance_weighted {
+            if let Some(&(_, exact)) = best.iter().find(|(dist, _)| *dist == 0.0) {
+                return self.targets[exact];
+            }
+            let (mut num, mut den) = (0.0, 0.0);
+            for &(dist, row) in &best {
+                let w = 1.0 / (dist as f64).sqrt();
+                num += w * self.targets[row];
+                den += w;
+            }
+            num / den
+        } else {
+            best.iter().map(|&(_, row)| self.targets[row]).sum::<f64>() / best.len() as f64
+        }
+    }
+}
+
+/// A linear function of standardised features.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Linear {
+    pub standardizer: Standardizer,
+    pub coefficients: Vec<f64>,
+    pub intercept: f64,
+}
+
+impl Linear {
+    pub fn predict(&self, x: &[f64]) -> f64 {
+        let mut y = self.intercept;
+        for (((v, m), s), c) in
+            x.iter().zip(&self.standardizer.mean).zip(&self.standardizer.scale).zip(&self.coefficients)
+        {
+            y += c * (v - m) / s;
+        }
+        y
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Model {
+    Trees(FlatForest),
+    Knn(Knn),
+    Linear(Linear),
+}
+
+impl Model {
+    /// The prediction in the space the model was fitted in (log space when the target was log-transformed).
+    pub fn predict_raw(&self, x: &[f64]) -> f64 {
+        match self {
+            Model::Trees(f) => f.predict(x),
+            Model::Knn(k) => k.predict(x),
+            Model::Linear(l) => l.predict(x),
+        }
+    }
+}
+
+/// One trained predictor: the model, the method that produced it (for reports and estimate output) and whether
+/// the target was log-transformed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Predictor {
+    pub(crate) method: String,
+    pub(crate) log_target: bool,
+    pub(crate) model: Model,
+}
+
+impl Predictor {
+    pub fn new(method: impl Into<String>, log_target: bool, model: Model) -> Predictor {
+        Predictor { method: method.into(), log_target, model }
+    }
+
+    /// Predicted metric value for one layer's features (in [`crate::LayerType::feature_names`] order). Never
+    /// negative: latency, power and memory cannot be.
+    pub fn predict(&self, features: &[f64]) -> f64 {
+        let raw = self.model.predict_raw(features);
+        let y = if self.log_target { raw.exp() } else { raw };
+        if y.is_nan() {
+            0.0
+        } else {
+            y.clamp(0.0, f64::MAX)
+        }
+    }
+
+    /// Short name of the method, e.g. `ert`, `knn`, `xgb`, `tree`, `linear` (with `+log` for a log target).
+    pub fn method(&self) -> &str {
+        &self.method
+    }
+
+    pub fn log_target(&self) -> bool {
+        self.log_target
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+}

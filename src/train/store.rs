@@ -1,0 +1,301 @@
+//! The model store: one binary file per (layer type, metric) under `models/<device>/` plus a JSON manifest.
+//!
+//! Estimation must never answer with a model that was trained on different features or written by an
+//! incompatible build, so every file carries the format version, the perfmodel version and the feature names,
+//! and the manifest carries each file's SHA-256; [`ModelStore::open`] checks all of them and fails with
+//! [`Error::Model`] naming the file instead of predicting something wrong.
+
+use crate::error::{write_atomic, Error, Result};
+use crate::layer::LayerType;
+use crate::metric::Metric;
+use crate::train::model::Predictor;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Bumped whenever the binary layout of model files or the manifest changes.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Largest model file accepted (bounds allocations when decoding a corrupt file).
+const MAX_MODEL_BYTES: usize = 256 << 20;
+
+fn bincode_config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<MAX_MODEL_BYTES>()
+}
+
+/// Cross-validated quality of a model (means over the folds, in the metric's unit; MAPE in percent).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Scores {
+    pub r2: f64,
+    pub mae: f64,
+    pub medae: f64,
+    pub mape: f64,
+    pub maxe: f64,
+}
+
+/// What the manifest says about one stored predictor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelEntry {
+    pub layer_type: String,
+    pub metric: String,
+    /// Path relative to the device directory, e.g. `conv2d/latency.bin`.
+    pub file: String,
+    pub file_sha256: String,
+    pub method: String,
+    pub samples: usize,
+    pub removed_outliers: usize,
+    /// SHA-256 over the rows (features and target) this model was trained on.
+    pub data_hash: String,
+    pub cv: Scores,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format_version: u32,
+    pub perfmodel_version: String,
+    pub device: String,
+    /// Feature names per layer type, as [`LayerType::feature_names`] gave them at training time.
+    pub feature_names: BTreeMap<String, Vec<String>>,
+    /// SHA-256 over all training rows of the device.
+    pub data_hash: String,
+    pub models: Vec<ModelEntry>,
+}
+
+/// The content of one `<metric>.bin` file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelFile {
+    pub format_version: u32,
+    pub perfmodel_version: String,
+    pub layer_type: String,
+    pub metric: String,
+    pub feature_names: Vec<String>,
+    pub predictor: Predictor,
+}
+
+impl ModelFile {
+    pub fn new(layer_type: LayerType, metric: Metric, predictor: Predictor) -> ModelFile {
+        ModelFile {
+            format_version: FORMAT_VERSION,
+            perfmodel_version: crate::VERSION.to_string(),
+            layer_type: layer_type.as_str().to_string(),
+            metric: metric.as_str().to_string(),
+            feature_names: layer_type.feature_names(),
+            predictor,
+        }
+    }
+
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        bincode::serde::encode_to_vec(self, bincode_config())
+            .map_err(|e| Error::Invalid(format!("cannot encode the {}/{} model: {e}", self.layer_type, self.metric)))
+    }
+
+    /// Decode and check a model file against this build and the expected (layer type, metric).
+    pub fn decode(path: &Path, bytes: &[u8], layer_type: LayerType, metric: Metric) -> Result<ModelFile> {
+        let (file, used): (ModelFile, usize) = bincode::serde::decode_from_slice(bytes, bincode_config())
+            .map_err(|e| Error::model(path, format!("not a valid perfmodel model file ({e})")))?;
+        if used != bytes.len() {
+            return Err(Error::model(path, format!("{} trailing bytes after the model", bytes.len() - used)));
+        }
+        check_versions(path, file.format_version, &file.perfmodel_version)?;
+        if file.layer_type != layer_type.as_str() || file.metric != metric.as_str() {
+            return Err(Error::model(
+                path,
+                format!(
+                    "holds the {}/{} model, expected {}/{}",
+                    file.layer_type,
+                    file.metric,
+                    layer_type.as_str(),
+                    metric.as_str()
+                ),
+            ));
+        }
+        check_feature_names(path, layer_type, &file.feature_names)?;
+        Ok(file)
+    }
+}
+
+fn check_versions(path: &Path, format_version: u32, perfmodel_version: &str) -> Result<()> {
+    if format_version != FORMAT_VERSION {
+        return Err(Error::model(
+            path,
+            format!("model format version {format_version}, this build reads version {FORMAT_VERSION}; retrain with 'perfmodel train'"),
+        ));
+    }
+    if perfmodel_version != crate::VERSION {
+        return Err(Error::model(
+            path,
+            format!(
+                "written by perfmodel {perfmodel_version}, this is perfmodel {}; retrain with 'perfmodel train'",
+                crate::VERSION
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn check_feature_names(path: &Path, layer_type: LayerType, names: &[String]) -> Result<()> {
+    let expected = layer_type.feature_names();
+    if names != expected.as_slice() {
+        let first_difference = names
+            .iter()
+            .zip(&expected)
+            .position(|(a, b)| a != b)
+            .map(|i| format!("feature #{i} is '{}', expected '{}'", names[i], expected[i]))
+            .unwrap_or_else(|| format!("{} features, expected {}", names.len(), expected.len()));
+        return Err(Error::model(
+            path,
+            format!(
+                "trained on different {} features ({first_difference}); retrain with 'perfmodel train'",
+                layer_type
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn device_dir(models_dir: &Path, device: &str) -> PathBuf {
+    models_dir.join(device)
+}
+
+pub fn manifest_path(models_dir: &Path, device: &str) -> PathBuf {
+    device_dir(models_dir, device).join("manifest.json")
+}
+
+/// Relative path of a model file inside the device directory.
+pub fn model_file_name(layer_type: LayerType, metric: Metric) -> String {
+    format!("{}/{}.bin", layer_type.as_str(), metric.as_str())
+}
+
+/// All trained predictors of one device, loaded and verified. Cheap to share between threads.
+#[derive(Debug)]
+pub struct ModelStore {
+    device: String,
+    dir: PathBuf,
+    manifest: Manifest,
+    predictors: BTreeMap<(LayerType, Metric), Predictor>,
+}
+
+impl ModelStore {
+    /// Load `models_dir/<device>/manifest.json` and every model it lists.
+    pub fn open(models_dir: &Path, device: &str) -> Result<ModelStore> {
+        let dir = device_dir(models_dir, device);
+        let manifest_file = manifest_path(models_dir, device);
+        let text = std::fs::read_to_string(&manifest_file).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::model(
+                    &manifest_file,
+                    format!("no trained models for device '{device}' (run 'perfmodel train --device {device}')"),
+                )
+            } else {
+                Error::io(&manifest_file, e)
+            }
+        })?;
+        let manifest: Manifest =
+            serde_json::from_str(&text).map_err(|e| Error::model(&manifest_file, format!("invalid manifest: {e}")))?;
+        check_versions(&manifest_file, manifest.format_version, &manifest.perfmodel_version)?;
+        if manifest.device != device {
+            return Err(Error::model(
+                &manifest_file,
+                format!("manifest is for device '{}', expected '{device}'", manifest.device),
+            ));
+        }
+        let mut predictors = BTreeMap::new();
+        for entry in &manifest.models {
+            let layer_type = LayerType::parse(&entry.layer_type).ok_or_else(|| {
+                Error::model(&manifest_file, format!("unknown layer type '{}' in the manifest", entry.layer_type))
+            })?;
+            let metric = Metric::parse(&entry.metric).ok_or_else(|| {
+                Error::model(&manifest_file, format!("unknown metric '{}' in the manifest", entry.metric))
+            })?;
+            match manifest.feature_names.get(&entry.layer_type) {
+                Some(names) => check_feature_names(&manifest_file, layer_type, names)?,
+                None => {
+                    return Err(Error::model(
+                        &manifest_file,
+                        format!("no feature names recorded for layer type '{}'", entry.layer_type),
+                    ))
+                }
+            }
+            if entry.file != model_file_name(layer_type, metric) {
+                return Err(Error::model(
+                    &manifest_file,
+                    format!("unexpected model path '{}' for {layer_type}/{metric}", entry.file),
+                ));
+            }
+            let path = dir.join(&entry.file);
+            let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+            let digest = sha256_hex(&bytes);
+            if digest != entry.file_sha256 {
+                return Err(Error::model(
+                    &path,
+                    format!(
+                        "file content does not match the manifest (SHA-256 {digest}, manifest says {}); the file was modified or is corrupt, retrain with 'perfmodel train'",
+                        entry.file_sha256
+                    ),
+                ));
+            }
+            let file = ModelFile::decode(&path, &bytes, layer_type, metric)?;
+            predictors.insert((layer_type, metric), file.predictor);
+        }
+        Ok(ModelStore { device: device.to_string(), dir, manifest, predictors })
+    }
+
+    /// Write the model files (`models[i]` belongs to `manifest.models[i]`), then the manifest, each atomically,
+    /// recording every file's SHA-256 in the manifest.
+    pub fn save(models_dir: &Path, manifest: &mut Manifest, models: &[ModelFile]) -> Result<()> {
+        let dir = device_dir(models_dir, &manifest.device);
+        if manifest.models.len() != models.len() {
+            return Err(Error::Invalid(format!(
+                "{} manifest entries for {} model files",
+                manifest.models.len(),
+                models.len()
+            )));
+        }
+        for (entry, file) in manifest.models.iter_mut().zip(models) {
+            let bytes = file.encode()?;
+            entry.file_sha256 = sha256_hex(&bytes);
+            write_atomic(dir.join(&entry.file), &bytes)?;
+        }
+        let text = serde_json::to_string_pretty(manifest)
+            .map_err(|e| Error::Invalid(format!("cannot encode the manifest: {e}")))?;
+        write_atomic(dir.join("manifest.json"), text.as_bytes())
+    }
+
+    pub fn predictor(&self, layer_type: LayerType, metric: Metric) -> Option<&Predictor> {
+        self.predictors.get(&(layer_type, metric))
+    }
+
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Layer types with at least one predictor.
+    pub fn layer_types(&self) -> Vec<LayerType> {
+        let mut types: Vec<LayerType> = self.predictors.keys().map(|(t, _)| *t).collect();
+        types.dedup();
+        types
+    }
+
+    /// Total size in bytes of the model files.
+    pub fn size_bytes(&self) -> u64 {
+        self.manifest
+            .models
+            .iter()
+            .filter_map(|e| std::fs::metadata(self.dir.join(&e.file)).ok())
+            .map(|m| m.len())
+            .sum()
+    }
+}
