@@ -138,9 +138,18 @@ const char *pm_last_error(void);
 /* The library version (static string). */
 const char *pm_version(void);
 
-/* Open the models of `device` under `models_dir` (the layout `perfmodel train` writes). On success *out is a
- * handle to close with pm_estimator_close. */
+/* Open the trained models of `device` under `models_dir` (the layout `perfmodel train` writes). On success *out
+ * is a handle to close with pm_estimator_close. Layers without a predictor are reported as uncovered; use
+ * pm_estimator_open_method to price cheap ones from the device profile as `perfmodel estimate` does. */
 int pm_estimator_open(const char *models_dir, const char *device, pm_estimator **out);
+
+/* Open the estimator `perfmodel estimate --method METHOD` builds: METHOD is "learned" (the trained models under
+ * models_dir), "paleo" (the roofline baseline from the peak numbers in collectors_dir/DEVICE.toml) or "template"
+ * (the nearest measured sample under data_dir). The device profile in collectors_dir, when it exists, also gives
+ * the memory bandwidth that prices cheap layers without a predictor, exactly as on the command line. All
+ * arguments are required; directories a method does not use are not read. */
+int pm_estimator_open_method(const char *models_dir, const char *data_dir, const char *collectors_dir,
+                             const char *device, const char *method, pm_estimator **out);
 
 /* Release an estimator. NULL is ignored. The handle must not be used afterwards. */
 void pm_estimator_close(pm_estimator *estimator);

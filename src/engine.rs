@@ -1,9 +1,24 @@
 //! Inference engines that execute workloads for measurement. The collector and `perfmodel bench` talk to an
 //! engine only through [`Executor`] and [`Workload`], so engines other than tract can be added behind them.
+//!
+//! The tract engine loads models through ONNX ([`crate::onnx::export`]): an in-memory `ModelProto` handed to
+//! `model_for_proto_model` is the stable route into tract, whose internal op structs change between versions.
+//!
+//! Threads: tract runs single-threaded unless tract-linalg is built with its `multithread-mm` feature and a
+//! thread-pool executor is installed. This build does not enable that feature (it would rebuild all of tract),
+//! so [`TractExecutor::new`] accepts exactly one thread and says why for any other count.
 
-use crate::error::Result;
+mod profile;
+
+pub use profile::{profile_network, LayerProfile, NetworkProfile, TotalProfile};
+
+use crate::error::{Error, Result};
 use crate::layer::LayerConfig;
 use crate::network::Network;
+use crate::onnx::{export_layer, export_network, Exported};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tract_onnx::prelude::*;
 
 /// A built, optimised, ready-to-run model with its input already allocated.
 pub trait Workload {
@@ -18,4 +33,201 @@ pub trait Executor: Send + Sync {
     fn prepare_layer(&self, config: &LayerConfig) -> Result<Box<dyn Workload>>;
     /// Build a whole-network workload.
     fn prepare_network(&self, network: &Network) -> Result<Box<dyn Workload>>;
+}
+
+/// The tract version this crate is built against (tract exposes none at run time; a test checks it against
+/// Cargo.lock).
+pub const TRACT_VERSION: &str = "0.23.9";
+
+/// Runs workloads with tract on the CPU.
+#[derive(Debug, Clone)]
+pub struct TractExecutor {
+    threads: usize,
+}
+
+impl TractExecutor {
+    /// An executor using `threads` threads; only 1 is available in this build (see the module docs).
+    pub fn new(threads: usize) -> Result<TractExecutor> {
+        if threads != 1 {
+            return Err(Error::Executor(format!(
+                "tract can only run on 1 thread in this build, {threads} requested: multi-threaded tract needs \
+                 tract-linalg's `multithread-mm` feature, which perfmodel does not enable (set threads = 1 in the \
+                 device profile)"
+            )));
+        }
+        Ok(TractExecutor { threads })
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// The concrete tract workload of one layer config.
+    pub fn layer_workload(&self, config: &LayerConfig) -> Result<TractWorkload> {
+        let exported = export_layer(config)?;
+        TractWorkload::build(&exported, &format!("{} layer", config.layer_type()))
+    }
+
+    /// The concrete tract workload of a whole network.
+    pub fn network_workload(&self, network: &Network) -> Result<TractWorkload> {
+        let exported = export_network(network)?;
+        TractWorkload::build(&exported, &format!("network '{}'", network.name))
+    }
+}
+
+impl Executor for TractExecutor {
+    fn describe(&self) -> String {
+        format!("tract {TRACT_VERSION}")
+    }
+
+    fn prepare_layer(&self, config: &LayerConfig) -> Result<Box<dyn Workload>> {
+        Ok(Box::new(self.layer_workload(config)?))
+    }
+
+    fn prepare_network(&self, network: &Network) -> Result<Box<dyn Workload>> {
+        Ok(Box::new(self.network_workload(network)?))
+    }
+}
+
+/// An optimised tract plan, its run state and random inputs.
+pub struct TractWorkload {
+    state: TypedSimpleState,
+    inputs: TVec<TValue>,
+    /// Owner layer of every exported ONNX node, for attributing per-node times.
+    owners: std::collections::HashMap<String, String>,
+}
+
+impl TractWorkload {
+    fn build(exported: &Exported, what: &str) -> Result<TractWorkload> {
+        let fail = |stage: &str, e: TractError| Error::Executor(format!("{what}: tract failed to {stage}: {e:#}"));
+        let model = tract_onnx::onnx().model_for_proto_model(&exported.model).map_err(|e| fail("load the model", e))?;
+        let plan = model
+            .into_optimized()
+            .map_err(|e| fail("optimise the model", e))?
+            .into_runnable()
+            .map_err(|e| fail("plan the model", e))?;
+        let mut rng = ChaCha8Rng::seed_from_u64(0x5eed);
+        let mut inputs = TVec::new();
+        for (i, outlet) in plan.model().input_outlets().map_err(|e| fail("list inputs", e))?.iter().enumerate() {
+            let fact = plan.model().outlet_fact(*outlet).map_err(|e| fail("read an input", e))?;
+            let shape = fact
+                .shape
+                .as_concrete()
+                .ok_or_else(|| Error::Executor(format!("{what}: input #{i} has a symbolic shape {:?}", fact.shape)))?
+                .to_vec();
+            let data = tract_ndarray::ArrayD::from_shape_fn(shape, |_| rng.random_range(-1.0f32..1.0));
+            inputs.push(data.into_tvalue());
+        }
+        let state = plan.spawn().map_err(|e| fail("create a run state", e))?;
+        Ok(TractWorkload { state, inputs, owners: exported.owners.clone() })
+    }
+
+    /// Run once and return the outputs.
+    pub fn run_outputs(&mut self) -> Result<TVec<TValue>> {
+        self.state.run(self.inputs.clone()).map_err(|e| Error::Executor(format!("inference failed: {e:#}")))
+    }
+}
+
+impl Workload for TractWorkload {
+    fn run(&mut self) -> Result<()> {
+        self.run_outputs().map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::{Activation, Conv2d, Dense, DepthwiseConv2d, Op, Padding, Pool2d};
+
+    fn executor() -> TractExecutor {
+        TractExecutor::new(1).unwrap()
+    }
+
+    /// Build and run a config; the output must have the shape perfmodel predicts (batch in front).
+    fn run_and_check(config: &LayerConfig) {
+        let mut workload = executor()
+            .layer_workload(config)
+            .unwrap_or_else(|e| panic!("{:?} on {:?}: {e}", config.op, config.input_shapes));
+        let outputs = workload.run_outputs().unwrap();
+        let mut expected = vec![config.batch];
+        expected.extend(config.output_shape().unwrap());
+        assert_eq!(outputs.len(), 1);
+        assert_eq!(outputs[0].shape(), &expected[..], "{:?}", config.op);
+        let values = outputs[0].to_plain_array_view::<f32>().unwrap();
+        assert!(values.iter().all(|v| v.is_finite()), "{:?} produced non-finite values", config.op);
+    }
+
+    #[test]
+    fn conv_and_dense_produce_the_predicted_shape() {
+        let mut conv = Conv2d::new(16, [3, 3]);
+        conv.strides = [2, 2];
+        conv.padding = Padding::Same;
+        conv.activation = Activation::Relu;
+        run_and_check(&LayerConfig::new(Op::Conv2d(conv), vec![vec![3, 17, 17]], 2));
+        let dense = Dense { units: 10, use_bias: true, activation: Activation::Softmax };
+        run_and_check(&LayerConfig::new(Op::Dense(dense), vec![vec![64]], 3));
+    }
+
+    #[test]
+    fn every_op_kind_builds_and_runs() {
+        let image = vec![8, 9, 9];
+        let mut grouped = Conv2d::new(8, [3, 3]);
+        grouped.groups = 4;
+        grouped.dilation = [2, 2];
+        grouped.padding = Padding::Explicit([1, 0, 2, 1]);
+        grouped.use_bias = false;
+        let mut depthwise = DepthwiseConv2d::new([3, 3]);
+        depthwise.depth_multiplier = 2;
+        depthwise.strides = [2, 2];
+        depthwise.padding = Padding::Same;
+        depthwise.activation = Activation::Relu6;
+        let same_pool = Pool2d { pool_size: [3, 3], strides: [2, 2], padding: Padding::Same };
+        let mut configs = vec![
+            LayerConfig::new(Op::Conv2d(grouped), vec![image.clone()], 1),
+            LayerConfig::new(Op::DepthwiseConv2d(depthwise), vec![image.clone()], 2),
+            LayerConfig::new(Op::MaxPool2d(same_pool.clone()), vec![image.clone()], 1),
+            LayerConfig::new(Op::AvgPool2d(same_pool), vec![image.clone()], 1),
+            LayerConfig::new(Op::AvgPool2d(Pool2d::new([2, 2])), vec![image.clone()], 1),
+            LayerConfig::new(Op::GlobalAvgPool2d, vec![image.clone()], 2),
+            LayerConfig::new(Op::GlobalMaxPool2d, vec![image.clone()], 1),
+            LayerConfig::new(Op::Flatten, vec![image.clone()], 2),
+            LayerConfig::new(Op::Reshape { target_shape: vec![-1, 81] }, vec![image.clone()], 2),
+            LayerConfig::new(Op::Add, vec![image.clone(), image.clone()], 1),
+            LayerConfig::new(Op::Add, vec![image.clone(), image.clone(), image.clone()], 1),
+            LayerConfig::new(Op::Multiply, vec![image.clone(), vec![8, 1, 1]], 2),
+            LayerConfig::new(Op::Multiply, vec![image.clone(), vec![9], image.clone()], 1),
+            LayerConfig::new(Op::Concat { axis: 0 }, vec![image.clone(), vec![4, 9, 9]], 2),
+            LayerConfig::new(Op::Concat { axis: -1 }, vec![image.clone(), vec![8, 9, 2]], 1),
+            LayerConfig::new(Op::BatchNorm, vec![image.clone()], 2),
+            LayerConfig::new(Op::BatchNorm, vec![vec![32]], 2),
+            LayerConfig::new(Op::ZeroPadding2d { padding: [1, 2, 0, 3] }, vec![image.clone()], 1),
+            LayerConfig::new(Op::Cropping2d { cropping: [1, 2, 0, 3] }, vec![image.clone()], 2),
+            LayerConfig::new(Op::Dropout { rate: 0.5 }, vec![image.clone()], 1),
+        ];
+        for a in Activation::ALL {
+            configs.push(LayerConfig::new(Op::Activation(a), vec![image.clone()], 2));
+            let dense = Dense { units: 5, use_bias: false, activation: a };
+            configs.push(LayerConfig::new(Op::Dense(dense), vec![vec![12]], 1));
+        }
+        for config in &configs {
+            run_and_check(config);
+        }
+    }
+
+    #[test]
+    fn unsupported_layers_and_threads_are_refused_clearly() {
+        let op = Op::Unsupported { op_type: "LRN".into(), output_shape: vec![8, 9, 9] };
+        let err = executor().layer_workload(&LayerConfig::new(op, vec![vec![8, 9, 9]], 1)).err().unwrap();
+        assert!(err.to_string().contains("'LRN'"), "{err}");
+        let err = TractExecutor::new(4).unwrap_err();
+        assert!(err.to_string().contains("multithread-mm"), "{err}");
+    }
+
+    #[test]
+    fn describe_names_the_tract_version_in_cargo_lock() {
+        let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.lock")).unwrap();
+        let expected = format!("name = \"tract-onnx\"\nversion = \"{TRACT_VERSION}\"");
+        assert!(lock.contains(&expected), "Cargo.lock does not pin tract-onnx {TRACT_VERSION}");
+        assert_eq!(executor().describe(), format!("tract {TRACT_VERSION}"));
+    }
 }

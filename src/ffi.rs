@@ -12,11 +12,13 @@
 //! - The handle owns an `Estimator`, which is `Send + Sync`: one handle can serve several threads at once.
 
 use crate::error::{Error, Location};
+use crate::estimate::{Dirs, Estimate, Estimator};
 use crate::layer::{Activation, Conv2d, Dense, DepthwiseConv2d, LayerError, LayerType, Op, Padding, Pool2d, Shape};
 use crate::network::{Layer, Network, INPUT};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
 
 /// Status codes returned by every `pm_*` function (`pm_status` in the header).
 #[repr(C)]
@@ -93,6 +95,30 @@ pub struct PmLayer {
     pub n_inputs: usize,
 }
 
+impl Default for PmLayer {
+    /// All zeros: the net.json defaults, like `memset(0)` in C.
+    fn default() -> Self {
+        PmLayer {
+            layer_type: 0,
+            activation: 0,
+            units: 0,
+            kernel: [0; 2],
+            strides: [0; 2],
+            dilation: [0; 2],
+            groups: 0,
+            padding_mode: 0,
+            no_bias: 0,
+            pad: [0; 4],
+            axis: 0,
+            rate: 0.0,
+            target_shape: std::ptr::null(),
+            target_rank: 0,
+            inputs: std::ptr::null(),
+            n_inputs: 0,
+        }
+    }
+}
+
 /// Padding modes of [`PmLayer::padding_mode`].
 const PADDING_VALID: i32 = 0;
 const PADDING_SAME: i32 = 1;
@@ -109,6 +135,7 @@ fn set_last_error(message: &str) {
 }
 
 /// An error at the boundary: its code and message.
+#[derive(Debug)]
 struct Failure {
     status: PmStatus,
     message: String,
@@ -341,4 +368,349 @@ pub extern "C" fn pm_version() -> *const c_char {
         Err(_) => panic!("version contains a NUL"),
     };
     VERSION.as_ptr()
+}
+
+/// Whole-network totals (`pm_result` in the header); NaN where the device has no model for a metric.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct PmResult {
+    pub latency_ms: f64,
+    pub energy_mj: f64,
+    pub peak_memory_mib: f64,
+    pub memory_two_largest_mib: f64,
+    pub memory_two_mean_mib: f64,
+    pub layers: u64,
+    pub uncovered: u64,
+}
+
+impl From<&Estimate> for PmResult {
+    fn from(e: &Estimate) -> Self {
+        PmResult {
+            latency_ms: e.total.latency_ms,
+            energy_mj: e.total.energy_mj.unwrap_or(f64::NAN),
+            peak_memory_mib: e.total.peak_memory_mib,
+            memory_two_largest_mib: e.total.memory_two_largest_mib,
+            memory_two_mean_mib: e.total.memory_two_mean_mib,
+            layers: e.layers.len() as u64,
+            uncovered: e.uncovered.len() as u64,
+        }
+    }
+}
+
+/// The opaque `pm_estimator`. The tag catches a pointer that is not a handle (or a closed one whose memory
+/// was not reused yet) before it is used as one.
+pub struct PmEstimator {
+    tag: u64,
+    estimator: Estimator,
+}
+
+const HANDLE_TAG: u64 = 0x706d_6573_7469_6d61; // "pmestima"
+
+/// Handles are shared between the caller's threads.
+const _: () = {
+    const fn shareable<T: Send + Sync>() {}
+    shareable::<PmEstimator>()
+};
+
+/// # Safety
+/// `handle` is NULL or a pointer obtained from [`pm_estimator_open`] and not yet closed.
+unsafe fn estimator<'a>(handle: *const PmEstimator) -> Result<&'a Estimator, Failure> {
+    if handle.is_null() {
+        return Err(Failure::null("estimator"));
+    }
+    let handle = &*handle;
+    if handle.tag != HANDLE_TAG {
+        return Err(Failure::invalid("argument 'estimator' is not an open pm_estimator (closed or never opened)"));
+    }
+    Ok(&handle.estimator)
+}
+
+/// Open the trained models of `device` under `models_dir`.
+///
+/// # Safety
+/// `models_dir` and `device` are NULL or NUL-terminated strings; `out` is NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn pm_estimator_open(
+    models_dir: *const c_char,
+    device: *const c_char,
+    out: *mut *mut PmEstimator,
+) -> c_int {
+    guard(|| {
+        let models_dir = c_str(models_dir, "models_dir")?;
+        let device = c_str(device, "device")?;
+        if out.is_null() {
+            return Err(Failure::null("out"));
+        }
+        let estimator = Estimator::open(Path::new(models_dir), device)?;
+        out.write(Box::into_raw(Box::new(PmEstimator { tag: HANDLE_TAG, estimator })));
+        Ok(())
+    })
+}
+
+/// The estimator `perfmodel estimate --method METHOD --models-dir .. --data-dir .. --collectors-dir ..` uses:
+/// the device profile in `collectors_dir` supplies the memory bandwidth for cheap layers without a predictor
+/// (and the peak numbers for `paleo`); `data_dir` holds the samples of the `template` method.
+///
+/// # Safety
+/// As for [`pm_estimator_open`].
+#[no_mangle]
+pub unsafe extern "C" fn pm_estimator_open_method(
+    models_dir: *const c_char,
+    data_dir: *const c_char,
+    collectors_dir: *const c_char,
+    device: *const c_char,
+    method: *const c_char,
+    out: *mut *mut PmEstimator,
+) -> c_int {
+    guard(|| {
+        let dirs = Dirs {
+            models: Path::new(c_str(models_dir, "models_dir")?),
+            data: Path::new(c_str(data_dir, "data_dir")?),
+            collectors: Path::new(c_str(collectors_dir, "collectors_dir")?),
+        };
+        let device = c_str(device, "device")?;
+        let method = c_str(method, "method")?;
+        if out.is_null() {
+            return Err(Failure::null("out"));
+        }
+        let estimator = Estimator::open_method(method, device, &dirs)?;
+        out.write(Box::into_raw(Box::new(PmEstimator { tag: HANDLE_TAG, estimator })));
+        Ok(())
+    })
+}
+
+/// Release an estimator; NULL is ignored.
+///
+/// # Safety
+/// `handle` is NULL or a pointer from [`pm_estimator_open`] that is not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn pm_estimator_close(handle: *mut PmEstimator) {
+    if handle.is_null() {
+        return;
+    }
+    // Dropping an estimator only frees memory; a panic there would be a bug, and must not unwind into C.
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        (*handle).tag = 0;
+        drop(Box::from_raw(handle));
+    }));
+}
+
+/// # Safety
+/// As for [`pm_estimate_json`].
+unsafe fn estimate_json(handle: *const PmEstimator, json: *const c_char, batch: usize) -> Result<Estimate, Failure> {
+    let estimator = estimator(handle)?;
+    let text = c_str(json, "json")?;
+    let mut net = Network::from_json_str(text, "<json text>")?;
+    if batch > 0 {
+        net.batch_size = batch;
+    }
+    Ok(estimator.estimate(&net)?)
+}
+
+/// Estimate a network given as net.json text; `batch > 0` overrides its batch size.
+///
+/// # Safety
+/// `handle` as for [`pm_estimator_close`] (but open); `json` NULL or NUL-terminated; `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn pm_estimate_json(
+    handle: *const PmEstimator,
+    json: *const c_char,
+    batch: usize,
+    out: *mut PmResult,
+) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(Failure::null("out"));
+        }
+        let estimate = estimate_json(handle, json, batch)?;
+        out.write(PmResult::from(&estimate));
+        Ok(())
+    })
+}
+
+/// Like [`pm_estimate_json`], returning the whole estimate as JSON text owned by the caller
+/// (free with [`pm_string_free`]).
+///
+/// # Safety
+/// As for [`pm_estimate_json`]; `out_json` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn pm_estimate_json_full(
+    handle: *const PmEstimator,
+    json: *const c_char,
+    batch: usize,
+    out_json: *mut *mut c_char,
+) -> c_int {
+    guard(|| {
+        if out_json.is_null() {
+            return Err(Failure::null("out_json"));
+        }
+        let estimate = estimate_json(handle, json, batch)?;
+        let text = serde_json::to_string_pretty(&estimate)
+            .map_err(|e| Failure::from(Error::Invalid(format!("cannot encode the estimate as JSON: {e}"))))?;
+        // JSON escapes control characters, so the text has no interior NUL.
+        let text = CString::new(text).map_err(|e| Failure::invalid(format!("estimate JSON contains NUL: {e}")))?;
+        out_json.write(text.into_raw());
+        Ok(())
+    })
+}
+
+/// Free a string returned by this library; NULL is ignored.
+///
+/// # Safety
+/// `s` is NULL or a pointer returned by this library and not freed yet.
+#[no_mangle]
+pub unsafe extern "C" fn pm_string_free(s: *mut c_char) {
+    if !s.is_null() {
+        drop(CString::from_raw(s));
+    }
+}
+
+/// Estimate a network given as `n` layers in execution order fed by an input of shape `input_shape[0..rank]`.
+///
+/// # Safety
+/// `handle` open; `layers` NULL or `n` valid layers whose pointer fields follow the header's contract;
+/// `input_shape` NULL or `rank` values; `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn pm_estimate_layers(
+    handle: *const PmEstimator,
+    layers: *const PmLayer,
+    n: usize,
+    input_shape: *const i64,
+    rank: usize,
+    batch: usize,
+    out: *mut PmResult,
+) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(Failure::null("out"));
+        }
+        let estimator = estimator(handle)?;
+        let layers = c_slice(layers, n, "layers")?;
+        let input_shape = c_slice(input_shape, rank, "input_shape")?;
+        let net = network_from_layers(layers, input_shape, batch)?;
+        let estimate = estimator.estimate(&net)?;
+        out.write(PmResult::from(&estimate));
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conv(filters: i64, k: i64) -> PmLayer {
+        PmLayer { layer_type: 0, units: filters, kernel: [k, k], ..PmLayer::default() }
+    }
+
+    fn layers_net(layers: &[PmLayer], input: &[i64]) -> Result<Network, Failure> {
+        unsafe { network_from_layers(layers, input, 1) }
+    }
+
+    fn message(r: Result<Network, Failure>) -> (PmStatus, String) {
+        let f = r.expect_err("expected an error");
+        (f.status, f.message)
+    }
+
+    #[test]
+    fn zeroed_fields_mean_the_json_defaults() {
+        let json = r#"{"name": "pm_layers", "input_shape": [3, 32, 32], "layers": [
+            {"name": "layer0", "type": "conv2d", "filters": 8, "kernel": 3},
+            {"name": "layer1", "type": "max_pool2d"},
+            {"name": "layer2", "type": "depthwise_conv2d", "kernel": 3, "padding": "same", "activation": "relu6",
+             "use_bias": false},
+            {"name": "layer3", "type": "add", "inputs": ["layer1", "layer2"]},
+            {"name": "layer4", "type": "concat", "inputs": ["layer3", "layer2"], "axis": 0},
+            {"name": "layer5", "type": "reshape", "target_shape": [-1, 4]},
+            {"name": "layer6", "type": "flatten"},
+            {"name": "layer7", "type": "dense", "units": 10, "activation": "softmax"}]}"#;
+        let expected = Network::from_json_str(json, "x").unwrap();
+        let (i0, i3, i4, target) = ([-1i64], [1i64, 2], [3i64, 2], [-1i64, 4]);
+        let layers = [
+            PmLayer { inputs: i0.as_ptr(), n_inputs: 1, ..conv(8, 3) },
+            PmLayer { layer_type: 3, ..PmLayer::default() },
+            PmLayer { layer_type: 1, kernel: [3, 3], padding_mode: 1, activation: 2, no_bias: 1, ..PmLayer::default() },
+            PmLayer { layer_type: 9, inputs: i3.as_ptr(), n_inputs: 2, ..PmLayer::default() },
+            PmLayer { layer_type: 11, inputs: i4.as_ptr(), n_inputs: 2, ..PmLayer::default() },
+            PmLayer { layer_type: 8, target_shape: target.as_ptr(), target_rank: 2, ..PmLayer::default() },
+            PmLayer { layer_type: 7, ..PmLayer::default() },
+            PmLayer { layer_type: 2, units: 10, activation: 11, ..PmLayer::default() },
+        ];
+        let net = layers_net(&layers, &[3, 32, 32]).unwrap();
+        // The JSON form names inputs only where they are not the previous layer; compare the resolved graphs.
+        assert_eq!(net.to_json(), expected.to_json());
+        assert_eq!(net.analyze().unwrap().output_shapes, expected.analyze().unwrap().output_shapes);
+    }
+
+    #[test]
+    fn enum_values_follow_the_header() {
+        assert_eq!(LayerType::ALL[16], LayerType::Dropout);
+        assert_eq!(LayerType::ALL[17], LayerType::Unsupported);
+        assert_eq!(Activation::ALL[11], Activation::Softmax);
+        assert_eq!(PmStatus::Other as i32, 8);
+    }
+
+    #[test]
+    fn invalid_layers_name_the_layer_and_the_field() {
+        let (status, msg) = message(layers_net(&[conv(8, 3), conv(-4, 3)], &[3, 8, 8]));
+        assert_eq!(status, PmStatus::InvalidNetwork);
+        assert!(msg.contains("layer 'layer1' (#1), field 'units'") && msg.contains("-4"), "{msg}");
+
+        let (_, msg) = message(layers_net(&[conv(8, 3), PmLayer { layer_type: 17, ..conv(8, 3) }], &[3, 8, 8]));
+        assert!(msg.contains("field 'type'") && msg.contains("unknown pm_layer_type 17"), "{msg}");
+
+        let (_, msg) = message(layers_net(&[PmLayer { activation: 99, ..conv(8, 3) }], &[3, 8, 8]));
+        assert!(msg.contains("field 'activation'") && msg.contains("99"), "{msg}");
+
+        let (_, msg) = message(layers_net(&[PmLayer { padding_mode: 5, ..conv(8, 3) }], &[3, 8, 8]));
+        assert!(msg.contains("field 'padding_mode'"), "{msg}");
+
+        let forward = [2i64];
+        let bad_input = PmLayer { layer_type: 9, inputs: forward.as_ptr(), n_inputs: 1, ..PmLayer::default() };
+        let (_, msg) = message(layers_net(&[conv(8, 3), bad_input, conv(8, 3)], &[3, 8, 8]));
+        assert!(msg.contains("layer 'layer1' (#1), field 'inputs'") && msg.contains("earlier layer"), "{msg}");
+
+        let reshape = PmLayer { layer_type: 8, target_rank: 2, ..PmLayer::default() };
+        let (status, msg) = message(layers_net(&[reshape], &[3, 8, 8]));
+        assert_eq!(status, PmStatus::InvalidNetwork);
+        assert!(msg.contains("field 'target_shape'") && msg.contains("NULL"), "{msg}");
+
+        let (_, msg) = message(layers_net(&[conv(8, 3)], &[3, -8, 8]));
+        assert!(msg.contains("field 'input_shape'"), "{msg}");
+        let (status, _) = message(unsafe { network_from_layers(&[conv(8, 3)], &[3, 8, 8], 0) });
+        assert_eq!(status, PmStatus::InvalidArgument);
+    }
+
+    #[test]
+    fn impossible_shapes_are_reported_by_estimation_with_the_layer() {
+        // The conversion accepts the hyperparameters; the shape check in analysis rejects the kernel.
+        let net = layers_net(&[conv(8, 9)], &[3, 4, 4]).unwrap();
+        let err = net.analyze().unwrap_err().to_string();
+        assert!(err.contains("layer 'layer0' (#0), field 'kernel'"), "{err}");
+    }
+
+    fn last_error() -> String {
+        unsafe { CStr::from_ptr(pm_last_error()) }.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn panics_become_internal_errors_and_success_clears_the_message() {
+        let code = guard(|| panic!("boom {}", 42));
+        assert_eq!(code, PmStatus::Internal as c_int);
+        assert!(last_error().contains("boom 42"), "{}", last_error());
+        assert_eq!(guard(|| Ok(())), 0);
+        assert_eq!(last_error(), "");
+    }
+
+    #[test]
+    fn null_arguments_are_rejected() {
+        let mut out = std::ptr::null_mut();
+        let code = unsafe { pm_estimator_open(std::ptr::null(), c"local".as_ptr(), &mut out) };
+        assert_eq!(code, PmStatus::NullArgument as c_int);
+        assert!(last_error().contains("'models_dir'"), "{}", last_error());
+        assert!(out.is_null());
+        let mut result = PmResult::default();
+        let code = unsafe { pm_estimate_json(std::ptr::null(), c"{}".as_ptr(), 0, &mut result) };
+        assert_eq!(code, PmStatus::NullArgument as c_int);
+        assert!(last_error().contains("'estimator'"), "{}", last_error());
+    }
 }

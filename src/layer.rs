@@ -560,9 +560,10 @@ impl Op {
         }
     }
 
-    /// Whether this op takes several inputs (all others take exactly one).
+    /// Whether this op takes several inputs (all others take exactly one). An unsupported ONNX op keeps all the
+    /// inputs it had.
     pub fn is_multi_input(&self) -> bool {
-        matches!(self, Op::Add | Op::Multiply | Op::Concat { .. })
+        matches!(self, Op::Add | Op::Multiply | Op::Concat { .. } | Op::Unsupported { .. })
     }
 
     /// The activation fused into this op, if any (conv, depthwise, dense) or the op's function (activation).

@@ -2,6 +2,10 @@
 
 mod cli;
 
+/// Counts heap bytes so `perfmodel collect` can measure the memory a layer needs.
+#[global_allocator]
+static ALLOCATOR: perfmodel::collect::CountingAlloc = perfmodel::collect::CountingAlloc;
+
 fn main() {
     std::process::exit(cli::main());
 }

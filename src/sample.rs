@@ -1,1 +1,416 @@
-//! TODO
+//! Representative-config sampling: which single-layer configs the collector measures.
+//!
+//! A regressor can only be as good as the configs it was trained on, and the configs that matter are the ones
+//! real networks contain. So the sample is every unique layer config found in the zoo (per layer type, with how
+//! often it occurs), plus the paper's augmentations that widen coverage around them: depthwise and dilated
+//! variants of the found convolutions, new filter counts, other pool sizes on the found pooling inputs and random
+//! dense (features, units) pairs. Holdout networks live in a subdirectory and are never read, so they stay an
+//! honest validation set. Everything random is drawn from one seeded ChaCha stream: same seed, same sample.
+
+use crate::error::{write_atomic, Error, Location, Result};
+use crate::layer::{Activation, Dense, DepthwiseConv2d, LayerConfig, LayerError, LayerType, Op};
+use crate::network::Network;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+/// One sampled config at batch 1; the collector expands it to every batch size of the set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampledConfig {
+    pub config: LayerConfig,
+    /// `network/layer` of its first occurrence in the zoo, or `augment:<kind>`.
+    pub source: String,
+    /// Occurrences across the zoo (0 for augmented configs).
+    pub count: usize,
+}
+
+impl SampledConfig {
+    pub fn to_json(&self) -> Value {
+        json!({"config": self.config.to_json(), "source": self.source, "count": self.count})
+    }
+}
+
+/// The sampler's output file (`configs.json`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigSet {
+    pub seed: u64,
+    pub batch_sizes: Vec<usize>,
+    pub configs: Vec<SampledConfig>,
+}
+
+/// How many augmented configs of each kind to add (base configs are drawn at random with the seed).
+#[derive(Debug, Clone)]
+pub struct AugmentBudget {
+    /// Found convolutions turned into a depthwise convolution on the same input.
+    pub depthwise: usize,
+    /// Found convolutions (kernel > 1) tried with dilation 2, 4 and 8.
+    pub dilated: usize,
+    /// Found convolutions given a new (log-uniform) filter count.
+    pub filters: usize,
+    /// Random dense (features, units) pairs.
+    pub dense: usize,
+}
+
+impl Default for AugmentBudget {
+    fn default() -> Self {
+        AugmentBudget { depthwise: 150, dilated: 80, filters: 200, dense: 250 }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct SampleOptions {
+    pub seed: u64,
+    pub batch_sizes: Vec<usize>,
+    /// Only these layer types in the output (all but `unsupported` when `None`).
+    pub layer_types: Option<Vec<LayerType>>,
+    pub budget: AugmentBudget,
+}
+
+/// Per-type counts for the summary table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TypeCounts {
+    pub layer_type: LayerType,
+    /// Layers of this type across the zoo.
+    pub found: usize,
+    /// Unique configs among them.
+    pub unique: usize,
+    /// Configs added by augmentation.
+    pub augmented: usize,
+}
+
+impl TypeCounts {
+    pub fn total(&self) -> usize {
+        self.unique + self.augmented
+    }
+}
+
+/// Dilation rates tried on found convolutions.
+const DILATIONS: [usize; 3] = [2, 4, 8];
+/// Pool sizes tried on found pooling inputs.
+const POOL_SIZES: [usize; 4] = [2, 3, 5, 7];
+/// Ranges of the random dense pairs (log-uniform).
+const DENSE_FEATURES: (f64, f64) = (16.0, 25_000.0);
+const DENSE_UNITS: (f64, f64) = (8.0, 5_000.0);
+/// Range of new filter counts (log-uniform, rounded to a multiple of 8).
+const NEW_FILTERS: (f64, f64) = (8.0, 2_048.0);
+
+/// The networks sampling reads: every `*.json` directly in `zoo_dir` (not its `holdout/` subdirectory), sorted
+/// by file name. Config sets written by the sampler into the same directory are skipped.
+pub fn load_zoo_dir(zoo_dir: &Path) -> Result<Vec<Network>> {
+    let entries = std::fs::read_dir(zoo_dir).map_err(|e| Error::io(zoo_dir, e))?;
+    let mut paths: Vec<PathBuf> = Vec::new();
+    for entry in entries {
+        let path = entry.map_err(|e| Error::io(zoo_dir, e))?.path();
+        if path.is_file() && path.extension().is_some_and(|e| e == "json") {
+            paths.push(path);
+        }
+    }
+    paths.sort();
+    let mut nets = Vec::with_capacity(paths.len());
+    for path in paths {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+        let value: Value = serde_json::from_str(&text)
+            .map_err(|e| Error::spec(Location::file(&file), format!("invalid JSON: {e}")))?;
+        if value.get("configs").is_some() {
+            continue;
+        }
+        nets.push(Network::from_json(&value, &file)?);
+    }
+    if nets.is_empty() {
+        return Err(Error::spec(
+            Location::file(zoo_dir.display().to_string()),
+            "no networks (*.json) found; run `perfmodel zoo export` first",
+        ));
+    }
+    Ok(nets)
+}
+
+/// Sample representative configs from `networks`; returns the set and per-type counts (in [`LayerType::ALL`]
+/// order, only types that have configs).
+pub fn sample(networks: &[Network], options: &SampleOptions) -> Result<(ConfigSet, Vec<TypeCounts>)> {
+    if options.batch_sizes.is_empty() || options.batch_sizes.contains(&0) {
+        return Err(Error::Invalid(format!(
+            "batch sizes must be positive and non-empty, got {:?}",
+            options.batch_sizes
+        )));
+    }
+    let mut pool = Pool::default();
+    for net in networks {
+        let mut net = net.clone();
+        net.batch_size = 1;
+        let analysis = net.analyze()?;
+        for (i, layer) in net.layers.iter().enumerate() {
+            if layer.op.layer_type() == LayerType::Unsupported {
+                continue;
+            }
+            let config = analysis.config(&net, i);
+            let key = config.key().map_err(|e| config_error(&net.name, &layer.name, i, e))?;
+            pool.found(key, config, format!("{}/{}", net.name, layer.name));
+        }
+    }
+    let found_counts: BTreeMap<LayerType, (usize, usize)> =
+        pool.by_type.iter().map(|(t, list)| (*t, (list.iter().map(|c| c.count).sum(), list.len()))).collect();
+
+    let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
+    augment(&mut pool, &options.budget, &mut rng);
+
+    let wanted = |t: LayerType| match &options.layer_types {
+        Some(list) => list.contains(&t),
+        None => t != LayerType::Unsupported,
+    };
+    let mut configs = Vec::new();
+    let mut counts = Vec::new();
+    for t in LayerType::ALL {
+        let Some(list) = pool.by_type.remove(&t) else { continue };
+        if !wanted(t) {
+            continue;
+        }
+        let (found, unique) = found_counts.get(&t).copied().unwrap_or((0, 0));
+        counts.push(TypeCounts { layer_type: t, found, unique, augmented: list.len() - unique });
+        configs.extend(list);
+    }
+    Ok((ConfigSet { seed: options.seed, batch_sizes: options.batch_sizes.clone(), configs }, counts))
+}
+
+fn config_error(net: &str, layer: &str, index: usize, e: LayerError) -> Error {
+    let mut loc = Location::file(format!("network '{net}'")).layer(layer, index);
+    if let Some(f) = e.field {
+        loc = loc.field(f);
+    }
+    Error::spec(loc, e.message)
+}
+
+/// Unique configs per type, in insertion order, deduplicated by [`LayerConfig::key`].
+#[derive(Default)]
+struct Pool {
+    by_type: BTreeMap<LayerType, Vec<SampledConfig>>,
+    index: HashMap<String, (LayerType, usize)>,
+}
+
+impl Pool {
+    fn found(&mut self, key: String, config: LayerConfig, source: String) {
+        if let Some(&(t, i)) = self.index.get(&key) {
+            if let Some(c) = self.by_type.get_mut(&t).and_then(|l| l.get_mut(i)) {
+                c.count += 1;
+            }
+            return;
+        }
+        let t = config.layer_type();
+        let list = self.by_type.entry(t).or_default();
+        self.index.insert(key, (t, list.len()));
+        list.push(SampledConfig { config, source, count: 1 });
+    }
+
+    /// Add an augmented config if it is valid and new; returns whether it was added.
+    fn augmented(&mut self, config: LayerConfig, kind: &str) -> bool {
+        let Ok(key) = config.key() else { return false };
+        if self.index.contains_key(&key) {
+            return false;
+        }
+        let t = config.layer_type();
+        let list = self.by_type.entry(t).or_default();
+        self.index.insert(key, (t, list.len()));
+        list.push(SampledConfig { config, source: format!("augment:{kind}"), count: 0 });
+        true
+    }
+
+    /// Found configs of one type (cloned, so augmentation can add to the pool while iterating).
+    fn found_of(&self, t: LayerType) -> Vec<LayerConfig> {
+        self.by_type
+            .get(&t)
+            .map_or_else(Vec::new, |l| l.iter().filter(|c| c.count > 0).map(|c| c.config.clone()).collect())
+    }
+}
+
+fn log_uniform(rng: &mut ChaCha8Rng, (lo, hi): (f64, f64)) -> f64 {
+    (rng.random_range(lo.ln()..hi.ln())).exp()
+}
+
+fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
+    let convs: Vec<_> = pool
+        .found_of(LayerType::Conv2d)
+        .into_iter()
+        .filter_map(|c| match &c.op {
+            Op::Conv2d(op) if op.groups == 1 => Some((op.clone(), c.input_shapes.clone())),
+            _ => None,
+        })
+        .collect();
+
+    // Depthwise variants: the found convolution's window on the same input, one filter per channel.
+    let mut order: Vec<usize> = (0..convs.len()).collect();
+    order.shuffle(rng);
+    let mut added = 0;
+    for &i in &order {
+        if added == budget.depthwise {
+            break;
+        }
+        let (c, inputs) = &convs[i];
+        let dw = DepthwiseConv2d {
+            depth_multiplier: 1,
+            kernel: c.kernel,
+            strides: c.strides,
+            dilation: c.dilation,
+            padding: c.padding,
+            use_bias: c.use_bias,
+            activation: c.activation,
+        };
+        added += pool.augmented(LayerConfig::new(Op::DepthwiseConv2d(dw), inputs.clone(), 1), "depthwise") as usize;
+    }
+
+    // Dilated variants of spatial convolutions, where the dilated kernel still fits the padded input.
+    order.shuffle(rng);
+    let mut bases = 0;
+    for &i in &order {
+        if bases == budget.dilated {
+            break;
+        }
+        let (c, inputs) = &convs[i];
+        if c.kernel[0] == 1 && c.kernel[1] == 1 {
+            continue;
+        }
+        bases += 1;
+        for d in DILATIONS {
+            let mut dilated = c.clone();
+            dilated.dilation = [if c.kernel[0] > 1 { d } else { 1 }, if c.kernel[1] > 1 { d } else { 1 }];
+            pool.augmented(LayerConfig::new(Op::Conv2d(dilated), inputs.clone(), 1), "dilated");
+        }
+    }
+
+    // New filter counts on found convolution inputs.
+    order.shuffle(rng);
+    let mut added = 0;
+    for &i in &order {
+        if added == budget.filters {
+            break;
+        }
+        let (c, inputs) = &convs[i];
+        let filters = ((log_uniform(rng, NEW_FILTERS) / 8.0).round() as usize).max(1) * 8;
+        let mut wider = c.clone();
+        wider.filters = filters;
+        added += pool.augmented(LayerConfig::new(Op::Conv2d(wider), inputs.clone(), 1), "filters") as usize;
+    }
+
+    // Other pool sizes on the found pooling inputs (same strides and padding).
+    for t in [LayerType::MaxPool2d, LayerType::AvgPool2d] {
+        for base in pool.found_of(t) {
+            let (Op::MaxPool2d(p) | Op::AvgPool2d(p)) = &base.op else { continue };
+            for size in POOL_SIZES {
+                if p.pool_size == [size, size] {
+                    continue;
+                }
+                let mut other = p.clone();
+                other.pool_size = [size, size];
+                let op = if t == LayerType::MaxPool2d { Op::MaxPool2d(other) } else { Op::AvgPool2d(other) };
+                pool.augmented(LayerConfig::new(op, base.input_shapes.clone(), 1), "pool_size");
+            }
+        }
+    }
+
+    // Random dense (features, units) pairs.
+    let activations = [Activation::Linear, Activation::Relu, Activation::Softmax];
+    let mut added = 0;
+    let mut attempts = 0;
+    while added < budget.dense && attempts < budget.dense * 10 {
+        attempts += 1;
+        let features = log_uniform(rng, DENSE_FEATURES).round() as usize;
+        let units = log_uniform(rng, DENSE_UNITS).round() as usize;
+        let activation = activations[rng.random_range(0..activations.len())];
+        let op = Op::Dense(Dense { units, use_bias: true, activation });
+        added += pool.augmented(LayerConfig::new(op, vec![vec![features]], 1), "dense") as usize;
+    }
+}
+
+impl ConfigSet {
+    pub fn to_json(&self) -> Value {
+        let configs: Vec<Value> = self.configs.iter().map(SampledConfig::to_json).collect();
+        json!({"seed": self.seed, "batch_sizes": self.batch_sizes, "configs": configs})
+    }
+
+    /// Write atomically, one config per line (compact, and diffs stay readable).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let mut text =
+            format!("{{\"seed\": {}, \"batch_sizes\": {}, \"configs\": [\n", self.seed, json!(self.batch_sizes));
+        for (i, c) in self.configs.iter().enumerate() {
+            text.push_str(&c.to_json().to_string());
+            text.push_str(if i + 1 < self.configs.len() { ",\n" } else { "\n" });
+        }
+        text.push_str("]}\n");
+        write_atomic(path, text.as_bytes())
+    }
+
+    /// Read a config set; errors name the file, the config (`configs[i]` and its source) and the field.
+    pub fn load(path: impl AsRef<Path>) -> Result<ConfigSet> {
+        let path = path.as_ref();
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let value: Value = serde_json::from_str(&text)
+            .map_err(|e| Error::spec(Location::file(&file), format!("invalid JSON: {e}")))?;
+        Self::from_json(&value, &file)
+    }
+
+    pub fn from_json(value: &Value, file: &str) -> Result<ConfigSet> {
+        let at = |field: &str| Location::file(file).field(field);
+        let seed = value
+            .get("seed")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| Error::spec(at("seed"), "missing or not a non-negative integer"))?;
+        let batch_sizes: Vec<usize> = match value.get("batch_sizes").and_then(Value::as_array) {
+            Some(list) => list
+                .iter()
+                .map(|b| match b.as_u64() {
+                    Some(n) if n > 0 => Ok(n as usize),
+                    _ => Err(Error::spec(at("batch_sizes"), format!("expected positive integers, got {b}"))),
+                })
+                .collect::<Result<_>>()?,
+            None => return Err(Error::spec(at("batch_sizes"), "missing or not a list")),
+        };
+        let list = value
+            .get("configs")
+            .and_then(Value::as_array)
+            .ok_or_else(|| Error::spec(at("configs"), "missing or not a list"))?;
+        let mut configs = Vec::with_capacity(list.len());
+        for (i, item) in list.iter().enumerate() {
+            let source = item.get("source").and_then(Value::as_str).unwrap_or("").to_string();
+            let loc = || Location::file(file).layer(format!("configs[{i}] {source}"), i);
+            let config_value = item.get("config").ok_or_else(|| Error::spec(loc().field("config"), "missing"))?;
+            let config = LayerConfig::from_json(config_value).map_err(|e| {
+                let loc = match &e.field {
+                    Some(f) => loc().field(format!("config.{f}")),
+                    None => loc().field("config"),
+                };
+                Error::spec(loc, e.message)
+            })?;
+            let count = match item.get("count") {
+                None => 0,
+                Some(v) => v.as_u64().ok_or_else(|| {
+                    Error::spec(loc().field("count"), format!("expected a non-negative integer, got {v}"))
+                })? as usize,
+            };
+            configs.push(SampledConfig { config, source, count });
+        }
+        Ok(ConfigSet { seed, batch_sizes, configs })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_seed_same_sample_and_round_trip() {
+        let nets = vec![(crate::zoo::architectures()[0].build)()];
+        let opts =
+            SampleOptions { seed: 7, batch_sizes: vec![1, 2], layer_types: None, budget: AugmentBudget::default() };
+        let (a, counts) = sample(&nets, &opts).unwrap();
+        let (b, _) = sample(&nets, &opts).unwrap();
+        assert_eq!(a, b);
+        let back = ConfigSet::from_json(&a.to_json(), "x").unwrap();
+        assert_eq!(back, a);
+        let conv = counts.iter().find(|c| c.layer_type == LayerType::Conv2d).unwrap();
+        assert!(conv.unique > 0 && conv.augmented > 0 && conv.found >= conv.unique);
+    }
+}

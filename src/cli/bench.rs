@@ -1,8 +1,78 @@
-//! `perfmodel bench`.
+//! `perfmodel bench`: run a whole network with tract on this machine and time it per layer.
+
+use anyhow::Context;
+use perfmodel::engine::profile_network;
+use perfmodel::Network;
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Network to run (net.json or .onnx)
+    net: PathBuf,
+    /// Timed rounds (the median is reported)
+    #[arg(long, default_value_t = 10)]
+    rounds: usize,
+    /// Untimed warm-up runs before the first round
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// Override the network's batch size
+    #[arg(long)]
+    batch: Option<usize>,
+    /// Engine threads (this build of tract runs on 1)
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("'perfmodel bench' is not implemented yet")
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Format {
+    Table,
+    Json,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let mut net = Network::load(&args.net)?;
+    if let Some(batch) = args.batch {
+        anyhow::ensure!(batch > 0, "--batch must be positive");
+        net.batch_size = batch;
+    }
+    let profile = profile_network(&net, args.threads, args.rounds, args.warmup)
+        .with_context(|| format!("benchmarking {}", args.net.display()))?;
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&profile)?),
+        Format::Table => {
+            println!(
+                "{} on {} ({} thread{}), batch {}, median of {} rounds after {} warm-up",
+                profile.network,
+                profile.engine,
+                profile.threads,
+                if profile.threads == 1 { "" } else { "s" },
+                profile.batch_size,
+                profile.rounds,
+                profile.warmup
+            );
+            let width = profile.layers.iter().map(|l| l.name.len()).max().unwrap_or(5).max(14);
+            println!("{:<width$}  {:>12}  {:>7}", "layer", "latency_ms", "share");
+            let share = |ms: f64| 100.0 * ms / profile.total.latency_ms;
+            for l in &profile.layers {
+                println!("{:<width$}  {:>12.4}  {:>6.1}%", l.name, l.latency_ms, share(l.latency_ms));
+            }
+            println!(
+                "{:<width$}  {:>12.4}  {:>6.1}%",
+                "(unattributed)",
+                profile.unattributed_ms,
+                share(profile.unattributed_ms)
+            );
+            println!(
+                "total: {:.3} ms (min {:.3}, max {:.3}), peak memory {:.2} MiB ({})",
+                profile.total.latency_ms,
+                profile.total.latency_min_ms,
+                profile.total.latency_max_ms,
+                profile.total.peak_memory_mib,
+                profile.total.memory_source
+            );
+        }
+    }
+    Ok(())
 }

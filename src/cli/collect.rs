@@ -1,8 +1,242 @@
-//! `perfmodel collect`.
+//! `perfmodel collect`: measure sampled layer configs on a device (or re-measure stored ones).
+
+use super::default_dir;
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use perfmodel::collect::{self, CollectOptions, DeviceProfile, Observer, Shard};
+use perfmodel::data::{Sample, Status};
+use perfmodel::engine::TractExecutor;
+use perfmodel::layer::LayerType;
+use perfmodel::sample::ConfigSet;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Device profile (collectors/NAME.toml)
+    #[arg(long)]
+    device: String,
+    /// Sampled configs (from `perfmodel zoo sample`); default: zoo/configs.json
+    #[arg(long)]
+    configs: Option<PathBuf>,
+    /// Only these layer types, comma-separated (e.g. conv2d,dense)
+    #[arg(long, value_delimiter = ',')]
+    layers: Vec<String>,
+    /// Stop after measuring this many samples
+    #[arg(long)]
+    max_samples: Option<usize>,
+    /// Stop starting new measurements after this long (e.g. 90s, 30m, 1h30m)
+    #[arg(long, value_parser = parse_duration)]
+    time_budget: Option<Duration>,
+    /// Measure only slice i of n (0-based), e.g. 0/4; default from SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT
+    #[arg(long)]
+    shard: Option<String>,
+    /// Data store root (rows go to DATA_DIR/DEVICE/<layer_type>.csv)
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Directory of device profiles
+    #[arg(long)]
+    collectors_dir: Option<PathBuf>,
+    /// Instead of collecting: re-measure N random stored samples in this process and report the relative
+    /// differences (repeatability); written to DATA_DIR/DEVICE/repeatability.json
+    #[arg(long, value_name = "N")]
+    remeasure: Option<usize>,
+    /// Seed choosing the samples to re-measure
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("'perfmodel collect' is not implemented yet")
+/// `90`, `90s`, `30m`, `1h30m`, `2h`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("expected a duration like 90s, 30m or 1h30m, got '{text}'");
+    let mut secs = 0u64;
+    let mut digits = String::new();
+    for c in text.trim().chars() {
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        let unit = match c {
+            'h' => 3600,
+            'm' => 60,
+            's' => 1,
+            _ => return Err(bad()),
+        };
+        secs += digits.parse::<u64>().map_err(|_| bad())? * unit;
+        digits.clear();
+    }
+    if !digits.is_empty() {
+        secs += digits.parse::<u64>().map_err(|_| bad())?;
+    }
+    if text.trim().is_empty() {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs(secs))
+}
+
+/// Progress bar on a terminal; a status line every 30 s in a log file.
+struct Progress {
+    bar: ProgressBar,
+    log: bool,
+    started: Instant,
+    last_line: Instant,
+    counts: [usize; 3],
+}
+
+impl Progress {
+    fn new() -> Progress {
+        let log = !std::io::stderr().is_terminal();
+        let bar = if log { ProgressBar::hidden() } else { ProgressBar::new(0) };
+        bar.set_style(
+            ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} ETA {eta} {msg}")
+                .expect("static template is valid")
+                .progress_chars("=> "),
+        );
+        Progress { bar, log, started: Instant::now(), last_line: Instant::now(), counts: [0; 3] }
+    }
+}
+
+impl Observer for Progress {
+    fn note(&mut self, message: &str) {
+        self.bar.suspend(|| eprintln!("{message}"));
+    }
+    fn planned(&mut self, samples: usize) {
+        self.bar.set_length(samples as u64);
+        if self.log {
+            eprintln!("{samples} samples to measure");
+        }
+    }
+    fn recorded(&mut self, s: &Sample) {
+        self.counts[match s.status {
+            Status::Ok => 0,
+            Status::Unstable => 1,
+            Status::Failed => 2,
+        }] += 1;
+        let what = match s.latency_ms {
+            Some(ms) => format!("{} b{} {ms:.3} ms", s.layer_type, s.batch),
+            None => format!("{} b{} failed", s.layer_type, s.batch),
+        };
+        self.bar.set_message(what.clone());
+        self.bar.inc(1);
+        if self.log && self.last_line.elapsed() >= Duration::from_secs(30) {
+            self.last_line = Instant::now();
+            let eta = self.bar.eta().as_secs();
+            eprintln!(
+                "[{:>5} s] {}/{} (ok {}, unstable {}, failed {}), eta {} s, last: {what}",
+                self.started.elapsed().as_secs(),
+                self.bar.position(),
+                self.bar.length().unwrap_or(0),
+                self.counts[0],
+                self.counts[1],
+                self.counts[2],
+                eta
+            );
+        }
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let collectors_dir = args.collectors_dir.clone().unwrap_or_else(|| default_dir("collectors"));
+    let data_dir = args.data_dir.clone().unwrap_or_else(|| default_dir("data"));
+    let profile = DeviceProfile::load(&collectors_dir, &args.device)?;
+    let executor = TractExecutor::new(profile.threads)?;
+    let mut progress = Progress::new();
+
+    if let Some(n) = args.remeasure {
+        let report = collect::remeasure(&profile, &executor, &data_dir, n, args.seed, &mut progress)?;
+        progress.bar.finish_and_clear();
+        let path = data_dir.join(&profile.name).join("repeatability.json");
+        perfmodel::error::write_atomic(&path, serde_json::to_string_pretty(&report)?.as_bytes())?;
+        println!(
+            "re-measured {} samples of '{}' in a fresh process: relative latency difference median {:.1}%, \
+             90th percentile {:.1}% (details: {})",
+            report.samples.len(),
+            profile.name,
+            100.0 * report.median_relative_difference,
+            100.0 * report.p90_relative_difference,
+            path.display()
+        );
+        return Ok(());
+    }
+
+    let configs_path = args.configs.clone().unwrap_or_else(|| default_dir("zoo").join("configs.json"));
+    let set = ConfigSet::load(&configs_path)
+        .context("loading configs (create them with `perfmodel zoo sample`)")?;
+    if set.batch_sizes != profile.batch_sizes {
+        progress.note(&format!(
+            "{} lists batch sizes {:?}; device '{}' measures its profile's batch sizes {:?}",
+            configs_path.display(),
+            set.batch_sizes,
+            profile.name,
+            profile.batch_sizes
+        ));
+    }
+    let layers = if args.layers.is_empty() {
+        None
+    } else {
+        let parsed: Result<Vec<LayerType>, _> = args
+            .layers
+            .iter()
+            .map(|l| {
+                LayerType::parse(l.trim())
+                    .ok_or_else(|| anyhow::anyhow!("--layers: unknown layer type '{l}' (known: {})", LayerType::names_list()))
+            })
+            .collect();
+        Some(parsed?)
+    };
+    let shard = match &args.shard {
+        Some(s) => Some(Shard::parse(s)?),
+        None => Shard::from_slurm(|k| std::env::var(k).ok())?,
+    };
+    let options = CollectOptions { data_dir, layers, max_samples: args.max_samples, time_budget: args.time_budget, shard };
+    let configs: Vec<_> = set.configs.into_iter().map(|c| c.config).collect();
+    let summary = collect::collect(&profile, &executor, &configs, &options, &mut progress)?;
+    progress.bar.finish_and_clear();
+
+    println!(
+        "device '{}' ({}), {} thread(s), {:.0} s, data in {}",
+        profile.name,
+        executor_description(&executor),
+        profile.threads,
+        summary.elapsed.as_secs_f64(),
+        summary.device_dir.display()
+    );
+    println!("{:<18} {:>6} {:>9} {:>7} {:>10} {:>16}", "layer type", "ok", "unstable", "failed", "rows", "median ms (run)");
+    for t in &summary.types {
+        let median = t.median_latency_ms.map(|m| format!("{m:.4}")).unwrap_or_else(|| "-".into());
+        println!(
+            "{:<18} {:>6} {:>9} {:>7} {:>10} {:>16}",
+            t.layer_type.as_str(),
+            t.ok,
+            t.unstable,
+            t.failed,
+            t.rows,
+            median
+        );
+    }
+    match &summary.stopped_by {
+        Some(why) => println!("stopped: {why}; {} samples remain (rerun to continue)", summary.remaining),
+        None => println!("complete: every config is measured"),
+    }
+    Ok(())
+}
+
+fn executor_description(executor: &TractExecutor) -> String {
+    use perfmodel::engine::Executor;
+    executor.describe()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("30m").unwrap(), Duration::from_secs(1800));
+        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert!(parse_duration("soon").is_err() && parse_duration("").is_err());
+    }
 }

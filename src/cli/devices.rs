@@ -1,8 +1,51 @@
-//! `perfmodel devices`.
+//! `perfmodel devices`: the device profiles, and what of each works on this machine.
+
+use super::default_dir;
+use perfmodel::collect::sensors::{power_sensor, MemorySensor, Sensor};
+use perfmodel::collect::DeviceProfile;
+use perfmodel::engine::{Executor, TractExecutor};
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Directory of device profiles
+    #[arg(long)]
+    collectors_dir: Option<PathBuf>,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("'perfmodel devices' is not implemented yet")
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let dir = args.collectors_dir.unwrap_or_else(|| default_dir("collectors"));
+    let profiles = DeviceProfile::list(&dir)?;
+    anyhow::ensure!(!profiles.is_empty(), "no device profiles (*.toml) in {}", dir.display());
+    for p in profiles {
+        println!("{}: {}", p.name, p.description);
+        let engine = match TractExecutor::new(p.threads) {
+            Ok(e) => format!("{} ({} thread(s)): available", e.describe(), p.threads),
+            Err(e) => format!("{} ({} thread(s)): unavailable: {e}", p.executor, p.threads),
+        };
+        println!("  executor     {engine}");
+        println!("  batch sizes  {:?}", p.batch_sizes);
+        let roofline = |v: Option<f64>, unit: &str| v.map(|x| format!("{x} {unit}")).unwrap_or_else(|| "-".into());
+        println!(
+            "  roofline     peak {}, memory bandwidth {}",
+            roofline(p.peak_gflops, "GFLOP/s"),
+            roofline(p.memory_bandwidth_gbs, "GB/s")
+        );
+        println!("  latency      available (monotonic clock)");
+        match MemorySensor::default().check_available() {
+            Ok(()) => println!("  memory       available (counting allocator)"),
+            Err(e) => println!("  memory       unavailable: {e}"),
+        }
+        if p.power.sensors.is_empty() {
+            println!("  power        none configured");
+        }
+        for spec in &p.power.sensors {
+            let s = power_sensor(spec);
+            match s.check_available() {
+                Ok(()) => println!("  power        {}: available", s.name()),
+                Err(e) => println!("  power        unavailable: {e}"),
+            }
+        }
+    }
+    Ok(())
 }

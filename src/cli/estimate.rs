@@ -1,8 +1,86 @@
-//! `perfmodel estimate`.
+//! `perfmodel estimate`: latency, energy and memory of a network on a device, per layer and in total.
+
+use super::default_dir;
+use perfmodel::estimate::{report, Dirs, Estimator, Method, DEFAULT_DEVICE};
+use perfmodel::Network;
+use std::path::PathBuf;
+
+/// The device, method and directories an estimator is built from (shared with `outliers` and `validate`).
+#[derive(clap::Args)]
+pub struct EstimatorArgs {
+    /// Device to estimate for (a trained model set under the models directory)
+    #[arg(long, default_value = DEFAULT_DEVICE)]
+    pub device: String,
+    /// How single layers are predicted: trained models, or a baseline
+    #[arg(long, default_value = "learned", value_parser = clap::builder::PossibleValuesParser::new(Method::NAMES))]
+    pub method: String,
+    /// Trained models [default: ./models, else the shipped models]
+    #[arg(long)]
+    pub models_dir: Option<PathBuf>,
+    /// Collected measurements, for --method template [default: ./data, else the shipped data]
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Device profiles, for --method paleo and memory bandwidth [default: ./collectors, else the shipped ones]
+    #[arg(long)]
+    pub collectors_dir: Option<PathBuf>,
+}
+
+impl EstimatorArgs {
+    pub fn collectors_dir(&self) -> PathBuf {
+        self.collectors_dir.clone().unwrap_or_else(|| default_dir("collectors"))
+    }
+
+    pub fn open(&self) -> anyhow::Result<Estimator> {
+        let models = self.models_dir.clone().unwrap_or_else(|| default_dir("models"));
+        let data = self.data_dir.clone().unwrap_or_else(|| default_dir("data"));
+        let collectors = self.collectors_dir();
+        let dirs = Dirs { models: &models, data: &data, collectors: &collectors };
+        Ok(Estimator::open_method(&self.method, &self.device, &dirs)?)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Csv,
+}
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Network to estimate (net.json or .onnx)
+    net: PathBuf,
+    #[command(flatten)]
+    estimator: EstimatorArgs,
+    /// Override the network's batch size
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    batch: Option<u64>,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// Also draw per-layer latency (and energy) bars to this .svg or .png file
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("'perfmodel estimate' is not implemented yet")
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let mut net = Network::load(&args.net)?;
+    if let Some(batch) = args.batch {
+        net.batch_size = batch as usize;
+    }
+    let estimator = args.estimator.open()?;
+    let estimate = estimator.estimate(&net)?;
+    if let Some(path) = &args.plot {
+        report::plot(&estimate, path)?;
+    }
+    match args.format {
+        Format::Table => print!("{}", report::table(&estimate)),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&estimate)?),
+        Format::Csv => {
+            print!("{}", report::csv(&estimate)?);
+            for note in &estimate.notes {
+                eprintln!("warning: {note}");
+            }
+        }
+    }
+    Ok(())
 }

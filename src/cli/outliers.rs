@@ -1,8 +1,88 @@
-//! `perfmodel outliers`.
+//! `perfmodel outliers`: layers whose measured time is far above their prediction, ranked by what tuning could
+//! save.
+
+use super::estimate::EstimatorArgs;
+use anyhow::Context;
+use perfmodel::collect::profile::DeviceProfile;
+use perfmodel::engine::profile_network;
+use perfmodel::estimate::outliers::{find_outliers, read_measured, MeasuredLayer};
+use perfmodel::Network;
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Network (net.json or .onnx)
+    net: PathBuf,
+    #[command(flatten)]
+    estimator: EstimatorArgs,
+    /// Measured per-layer times: `perfmodel bench --format json` output, or any JSON with
+    /// "layers": [{"name", "latency_ms"}]. Without it, the network is benchmarked here with the device's threads.
+    #[arg(long)]
+    measured: Option<PathBuf>,
+    /// Flag layers whose measured/predicted latency exceeds this
+    #[arg(long, default_value_t = 2.0)]
+    threshold: f64,
+    /// Rounds when benchmarking here
+    #[arg(long, default_value_t = 10)]
+    rounds: usize,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("'perfmodel outliers' is not implemented yet")
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Format {
+    Table,
+    Json,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let net = Network::load(&args.net)?;
+    let estimator = args.estimator.open()?;
+    let estimate = estimator.estimate(&net)?;
+    let measured: Vec<MeasuredLayer> = match &args.measured {
+        Some(path) => read_measured(path)?,
+        None => {
+            let device = DeviceProfile::load(&args.estimator.collectors_dir(), &args.estimator.device)?;
+            let profile = profile_network(&net, device.threads, args.rounds, 3)
+                .with_context(|| format!("benchmarking {}", args.net.display()))?;
+            profile.layers.into_iter().map(|l| MeasuredLayer { name: l.name, latency_ms: l.latency_ms }).collect()
+        }
+    };
+    let report = find_outliers(&net, &estimate, &measured, args.threshold)?;
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Format::Table => {
+            println!(
+                "{} on device '{}': measured {:.3} ms, predicted {:.3} ms; {} outlier(s) (ratio > {} or isolated)",
+                report.network,
+                report.device,
+                report.measured_total_ms,
+                report.predicted_total_ms,
+                report.outliers.len(),
+                report.threshold
+            );
+            let width = report.layers.iter().map(|l| l.name.len()).max().unwrap_or(5).max(5);
+            println!(
+                "{:<width$}  {:<18}  {:>11}  {:>12}  {:>7}  {:>9}  {:>10}  flagged by",
+                "layer", "type", "measured_ms", "predicted_ms", "ratio", "isolation", "saving_ms"
+            );
+            for c in &report.outliers {
+                println!(
+                    "{:<width$}  {:<18}  {:>11.4}  {:>12.4}  {:>7}  {:>9}  {:>10.4}  {}",
+                    c.name,
+                    c.layer_type.as_str(),
+                    c.measured_ms,
+                    c.predicted_ms,
+                    c.ratio.map_or("-".into(), |r| format!("{r:.2}")),
+                    c.isolation_score.map_or("-".into(), |s| format!("{s:.2}")),
+                    c.saving_ms,
+                    c.flagged_by.join("+")
+                );
+            }
+            for note in &report.notes {
+                println!("note: {note}");
+            }
+        }
+    }
+    Ok(())
 }

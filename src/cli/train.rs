@@ -1,8 +1,146 @@
-//! `perfmodel train`.
+//! `perfmodel train`: fit per-(layer type, metric) predictors for a device and write the model store, report
+//! and plots.
+
+use super::default_dir;
+use indicatif::{ProgressBar, ProgressStyle};
+use perfmodel::layer::LayerType;
+use perfmodel::metric::Metric;
+use perfmodel::train::cv::SelectBy;
+use perfmodel::train::pipeline::{self, TrainOptions};
+use perfmodel::train::report;
+use perfmodel::Error;
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Device whose data to train on (DATA_DIR/DEVICE/*.csv)
+    #[arg(long)]
+    device: String,
+    /// Data store root; default ./data (or the shipped one)
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Model store root (models go to MODELS_DIR/DEVICE/); default ./models (or the shipped one)
+    #[arg(long)]
+    models_dir: Option<PathBuf>,
+    /// Only these layer types, comma-separated (default: all with data)
+    #[arg(long, value_delimiter = ',')]
+    layers: Vec<String>,
+    /// Only these metrics, comma-separated: latency, power, memory (default: all)
+    #[arg(long, value_delimiter = ',')]
+    metrics: Vec<String>,
+    /// Cross-validation folds
+    #[arg(long, default_value_t = 5)]
+    folds: usize,
+    /// Seed for folds, randomised methods and outlier detection
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Selection criterion: mape, mae or r2
+    #[arg(long, default_value = "mape")]
+    select_by: String,
+    /// Fraction of rows the isolation forest removes before training (0 disables it)
+    #[arg(long, default_value_t = 0.02)]
+    contamination: f64,
+    /// Also run the learning-curve study (15 growing training subsets against a fixed validation set)
+    #[arg(long)]
+    learning_curve: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("'perfmodel train' is not implemented yet")
+fn options(args: &Args) -> Result<TrainOptions, Error> {
+    let layers = args
+        .layers
+        .iter()
+        .map(|l| {
+            LayerType::parse(l).ok_or_else(|| {
+                Error::Invalid(format!("--layers: unknown layer type '{l}' (known: {})", LayerType::names_list()))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let metrics = if args.metrics.is_empty() {
+        Metric::ALL.to_vec()
+    } else {
+        args.metrics
+            .iter()
+            .map(|m| {
+                Metric::parse(m).ok_or_else(|| {
+                    Error::Invalid(format!("--metrics: unknown metric '{m}' (known: latency, power, memory)"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    let select_by = SelectBy::parse(&args.select_by)
+        .ok_or_else(|| Error::Invalid(format!("--select-by: expected mape, mae or r2, got '{}'", args.select_by)))?;
+    if args.folds < 2 {
+        return Err(Error::Invalid(format!("--folds: need at least 2, got {}", args.folds)));
+    }
+    if !(0.0..0.5).contains(&args.contamination) {
+        return Err(Error::Invalid(format!("--contamination: expected a fraction in [0, 0.5), got {}", args.contamination)));
+    }
+    Ok(TrainOptions {
+        layers,
+        metrics,
+        folds: args.folds,
+        seed: args.seed,
+        select_by,
+        contamination: args.contamination,
+        learning_curve: args.learning_curve,
+    })
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let options = options(&args)?;
+    let data_dir = args.data_dir.clone().unwrap_or_else(|| default_dir("data"));
+    let models_dir = args.models_dir.clone().unwrap_or_else(|| default_dir("models"));
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut progress = |done: usize, total: usize, what: &str| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+        if !what.is_empty() {
+            bar.set_message(what.to_string());
+        }
+    };
+    let run = pipeline::train_device(&data_dir, &models_dir, &args.device, &options, &mut progress)?;
+    bar.finish_and_clear();
+    let bench = report::bench_store(&models_dir, &args.device, &run.results)?;
+    let options_line = format!(
+        "{} folds, seed {}, selected by {}, contamination {}",
+        options.folds, options.seed, args.select_by, options.contamination
+    );
+    report::write_report(&models_dir, &run, &bench, &options_line)?;
+
+    println!(
+        "{:<18} {:<8} {:<26} {:>10} {:>8} {:>8} {:>8} {:>8}",
+        "layer", "metric", "method", "CV MAPE %", "R²", "samples", "removed", "train s"
+    );
+    for r in &run.results {
+        let s = r.cv();
+        println!(
+            "{:<18} {:<8} {:<26} {:>10.2} {:>8.4} {:>8} {:>8} {:>8.1}",
+            r.layer_type.as_str(),
+            r.metric.as_str(),
+            r.chosen().label,
+            s.mape,
+            s.r2,
+            r.samples,
+            r.removed.len(),
+            r.train_seconds
+        );
+    }
+    for s in &run.skipped {
+        println!("{:<18} {:<8} not trained: {}", s.layer_type.as_str(), s.metric.as_str(), s.reason);
+    }
+    let slowest = bench.predict_ns.iter().map(|p| p.3).fold(0.0, f64::max);
+    println!(
+        "store {}: {} models, {:.2} MB, opened in {:.1} ms; single-layer prediction ≤ {:.2} µs (slowest predictor)",
+        models_dir.join(&args.device).display(),
+        bench.files,
+        bench.size_bytes as f64 / 1e6,
+        bench.open_ms,
+        slowest / 1e3
+    );
+    println!("report: {}", models_dir.join(&args.device).join("report.md").display());
+    Ok(())
 }

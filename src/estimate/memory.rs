@@ -10,9 +10,11 @@
 //!   reads it, directly or through aliases. Outputs nobody reads are network outputs and stay alive to the end.
 //! - A layer that does not execute (free views, layers fused into their producer) allocates nothing: its output
 //!   *is* its input tensor (an alias), and reading the alias keeps that tensor alive.
-//! - While layer `i` executes, memory in use = all live tensors (its inputs and its output among them) + layer
-//!   `i`'s weights + its workspace (scratch the engine needs beyond inputs, output and weights, e.g. im2col
-//!   buffers, from the memory predictor).
+//! - The weights of every executing layer are resident for the whole inference: a deployed engine loads all
+//!   constants with the model (tract does), not layer by layer.
+//! - While layer `i` executes, memory in use = all weights + all live tensors (its inputs and its output among
+//!   them) + its workspace (scratch the engine needs beyond inputs, output and weights, e.g. im2col buffers,
+//!   from the memory predictor).
 //! - Peak memory is the maximum over the executing steps.
 
 use crate::network::Source;
@@ -28,15 +30,16 @@ pub const MIB: f64 = 1024.0 * 1024.0;
 pub struct Step {
     /// Bytes of the layer's output tensor (whole batch).
     pub output_bytes: u64,
-    /// Bytes the layer holds only while it runs: its weights plus its workspace.
-    pub resident_bytes: u64,
+    /// Scratch bytes the layer holds only while it runs.
+    pub workspace_bytes: u64,
     /// False for layers that do not run (views, fused): their output aliases their first input.
     pub executes: bool,
 }
 
 /// Peak bytes in use over the executing steps. `sources[i]` are the inputs of layer `i` (as in
-/// [`crate::network::Analysis::sources`]), `steps[i]` its sizes, `input_bytes` the network input's size.
-pub fn peak_bytes(sources: &[Vec<Source>], steps: &[Step], input_bytes: u64) -> u64 {
+/// [`crate::network::Analysis::sources`]), `steps[i]` its sizes, `input_bytes` the network input's size and
+/// `weight_bytes` the weights of all executing layers.
+pub fn peak_bytes(sources: &[Vec<Source>], steps: &[Step], input_bytes: u64, weight_bytes: u64) -> u64 {
     let n = steps.len();
     // Tensor 0 is the network input, tensor 1 + i the output of layer i. `storage[t]` is the tensor that really
     // holds tensor t's data (itself unless t is the output of a layer that does not execute).
@@ -88,27 +91,27 @@ pub fn peak_bytes(sources: &[Vec<Source>], steps: &[Step], input_bytes: u64) -> 
     for i in 0..n {
         live += allocated_at[i];
         if steps[i].executes {
-            peak = peak.max(live + steps[i].resident_bytes);
+            peak = peak.max(live + steps[i].workspace_bytes);
         }
         live -= freed_after[i];
     }
-    peak
+    weight_bytes + peak
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn run(output_bytes: u64, resident_bytes: u64) -> Step {
-        Step { output_bytes, resident_bytes, executes: true }
+    fn run(output_bytes: u64, workspace_bytes: u64) -> Step {
+        Step { output_bytes, workspace_bytes, executes: true }
     }
 
     #[test]
     fn chain_keeps_only_neighbours_alive() {
-        // input 10 -> a(20) -> b(5): step a holds 10 + 20 (+1 weights), step b holds 20 + 5.
+        // input 10 -> a(20) -> b(5): step a holds 10 + 20 (+1 workspace), step b holds 20 + 5; 7 of weights.
         let sources = vec![vec![Source::Input], vec![Source::Layer(0)]];
         let steps = [run(20, 1), run(5, 0)];
-        assert_eq!(peak_bytes(&sources, &steps, 10), 31);
+        assert_eq!(peak_bytes(&sources, &steps, 10, 7), 31 + 7);
     }
 
     #[test]
@@ -120,9 +123,9 @@ mod tests {
             vec![Source::Layer(1)],
             vec![Source::Layer(1), Source::Layer(2)],
         ];
-        let view = Step { output_bytes: 16, resident_bytes: 0, executes: false };
+        let view = Step { output_bytes: 16, workspace_bytes: 0, executes: false };
         let steps = [run(16, 0), view, run(4, 100), run(16, 0)];
         // a: 8 + 16 = 24; b: 16 (a, alive through the view until add) + 4 + 100 = 120; add: 16 + 4 + 16 = 36.
-        assert_eq!(peak_bytes(&sources, &steps, 8), 120);
+        assert_eq!(peak_bytes(&sources, &steps, 8, 0), 120);
     }
 }

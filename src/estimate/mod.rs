@@ -22,13 +22,17 @@
 
 pub mod baseline;
 pub mod memory;
+pub mod outliers;
+pub mod report;
+pub mod validate;
 
+use crate::collect::profile::DeviceProfile;
 use crate::error::{Error, Location, Result};
 use crate::layer::{Activation, LayerConfig, LayerCost, LayerError, LayerType, Op};
 use crate::metric::Metric;
 use crate::network::{Network, Source};
 use crate::train::ModelStore;
-use baseline::Roofline;
+use baseline::{Roofline, Templates};
 use memory::{Step, BYTES_PER_ELEMENT, MIB};
 use serde::{Serialize, Serializer};
 use std::path::Path;
@@ -43,16 +47,19 @@ pub enum Method {
     Learned(ModelStore),
     /// Paleo's analytic roofline from the device's peak numbers.
     Paleo(Roofline),
+    /// The nearest measured sample of the same layer type.
+    Template(Templates),
 }
 
 impl Method {
     /// Names accepted on the command line, in the order of the variants.
-    pub const NAMES: [&'static str; 2] = ["learned", "paleo"];
+    pub const NAMES: [&'static str; 3] = ["learned", "paleo", "template"];
 
     pub fn name(&self) -> &'static str {
         match self {
             Method::Learned(_) => "learned",
             Method::Paleo(_) => "paleo",
+            Method::Template(_) => "template",
         }
     }
 
@@ -61,6 +68,7 @@ impl Method {
         match self {
             Method::Learned(store) => LayerType::ALL.iter().any(|&t| store.predictor(t, metric).is_some()),
             Method::Paleo(_) => metric == Metric::Latency,
+            Method::Template(templates) => templates.covers(metric),
         }
     }
 
@@ -85,6 +93,16 @@ impl Method {
                 predictor: "paleo".to_string(),
             })),
             Method::Paleo(_) => Ok(None),
+            Method::Template(templates) if templates.has(layer_type) => {
+                let features = config.features()?;
+                Ok(templates.nearest(layer_type, &features).map(|m| Prediction {
+                    latency_ms: m.latency_ms,
+                    power_w: m.power_w,
+                    memory_mib: m.memory_mib,
+                    predictor: format!("template:{}", m.key),
+                }))
+            }
+            Method::Template(_) => Ok(None),
         }
     }
 }
@@ -96,6 +114,17 @@ struct Prediction {
     /// The layer's whole memory while it runs, as the collector measures it (inputs, output, weights, scratch).
     memory_mib: Option<f64>,
     predictor: String,
+}
+
+/// Where the inputs of the estimation methods live.
+#[derive(Debug, Clone, Copy)]
+pub struct Dirs<'a> {
+    /// Trained models (`<models>/<device>/`), for the learned method.
+    pub models: &'a Path,
+    /// Collected measurements (`<data>/<device>/`), for the template method.
+    pub data: &'a Path,
+    /// Device profiles (`<collectors>/<device>.toml`), for paleo and memory bandwidth.
+    pub collectors: &'a Path,
 }
 
 /// Estimates whole networks for one device. Built once (loading models is the slow part), then reused; safe to
@@ -127,6 +156,47 @@ impl Estimator {
             method,
             memory_bandwidth_gbs,
         }
+    }
+
+    /// The estimator `perfmodel estimate --method NAME` uses: the method's inputs come from `dirs`, and the
+    /// device profile (when `collectors/<device>.toml` exists) supplies the memory bandwidth for cheap layers
+    /// and, for paleo, the peak numbers.
+    pub fn open_method(method: &str, device: &str, dirs: &Dirs) -> Result<Estimator> {
+        let profile_file = dirs.collectors.join(format!("{device}.toml"));
+        let profile = if profile_file.is_file() { Some(DeviceProfile::load(dirs.collectors, device)?) } else { None };
+        let bandwidth = profile.as_ref().and_then(|p| p.memory_bandwidth_gbs);
+        let estimator = match method {
+            "learned" => Estimator::open(dirs.models, device)?,
+            "template" => Estimator::new(device, Method::Template(Templates::load(dirs.data, device)?)),
+            "paleo" => {
+                let missing = |field: &str| Error::Device {
+                    device: device.to_string(),
+                    message: format!("the paleo baseline needs '{field}' in {}", profile_file.display()),
+                };
+                let profile = match profile {
+                    Some(p) => p,
+                    // Not there: the profile loader's error lists the known devices.
+                    None => DeviceProfile::load(dirs.collectors, device)?,
+                };
+                let roofline = Roofline {
+                    peak_gflops: profile.peak_gflops.ok_or_else(|| missing("peak_gflops"))?,
+                    memory_bandwidth_gbs: profile
+                        .memory_bandwidth_gbs
+                        .ok_or_else(|| missing("memory_bandwidth_gbs"))?,
+                };
+                Estimator::new(device, Method::Paleo(roofline))
+            }
+            other => {
+                return Err(Error::Invalid(format!(
+                    "unknown estimation method '{other}' (known: {})",
+                    Method::NAMES.join(", ")
+                )))
+            }
+        };
+        Ok(match bandwidth {
+            Some(gbs) => estimator.with_memory_bandwidth(gbs),
+            None => estimator,
+        })
     }
 
     /// The same device predicted another way.
@@ -169,6 +239,7 @@ impl Estimator {
         let mut steps = Vec::with_capacity(n);
         let mut uncovered = Vec::new();
         let mut missing_power = 0usize;
+        let mut all_weight_bytes = 0u64;
         for (i, layer) in net.layers.iter().enumerate() {
             let layer_type = layer.op.layer_type();
             let cost = &analysis.costs[i];
@@ -235,15 +306,14 @@ impl Estimator {
                     }
                 };
             }
-            steps.push(Step {
-                output_bytes: cost.output_elems * BYTES_PER_ELEMENT,
-                resident_bytes: weight_bytes + workspace_bytes,
-                executes,
-            });
+            if executes {
+                all_weight_bytes += weight_bytes;
+            }
+            steps.push(Step { output_bytes: cost.output_elems * BYTES_PER_ELEMENT, workspace_bytes, executes });
             layers.push(row);
         }
         let input_bytes = net.input_shape.iter().product::<usize>() as u64 * net.batch_size as u64 * BYTES_PER_ELEMENT;
-        let peak_memory_mib = memory::peak_bytes(&analysis.sources, &steps, input_bytes) as f64 / MIB;
+        let peak_memory_mib = memory::peak_bytes(&analysis.sources, &steps, input_bytes, all_weight_bytes) as f64 / MIB;
         let mut executed: Vec<f64> =
             layers.iter().zip(&steps).filter(|(_, s)| s.executes).map(|(l, _)| l.memory_mib).collect();
         executed.sort_by(|a, b| b.total_cmp(a));
@@ -406,4 +476,111 @@ pub struct Uncovered {
     pub flops: u64,
     /// Fraction (0..1) of the network's FLOPs.
     pub flops_share: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TINY: &str = r#"{"name": "tiny", "input_shape": [3, 8, 8], "layers": [
+        {"name": "c1", "type": "conv2d", "filters": 4, "kernel": [3, 3], "padding": "same"},
+        {"name": "bn", "type": "batch_norm"},
+        {"name": "r", "type": "activation", "function": "relu"},
+        {"name": "p", "type": "max_pool2d", "pool_size": [2, 2]},
+        {"name": "f", "type": "flatten"},
+        {"name": "d", "type": "dense", "units": 10},
+        {"name": "s", "type": "activation", "function": "softmax"}]}"#;
+
+    fn paleo() -> Estimator {
+        Estimator::new("dev", Method::Paleo(Roofline { peak_gflops: 1.0, memory_bandwidth_gbs: 1.0 }))
+    }
+
+    #[test]
+    fn estimator_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Estimator>();
+    }
+
+    #[test]
+    fn paleo_equals_its_formula_and_rules_apply() {
+        let net = Network::from_json_str(TINY, "tiny.json").unwrap();
+        let e = paleo().estimate(&net).unwrap();
+        let by_name = |n: &str| e.layers.iter().find(|l| l.name == n).unwrap();
+        // c1 by hand: output 4x8x8 = 256, weights 3*3*3*4 + 4 = 112, input 192;
+        // FLOPs 2*256*27 + 256 = 14080, bytes (192 + 112 + 256) * 4 = 2240; at 1 GFLOP/s and 1 GB/s:
+        let c1 = by_name("c1");
+        assert!((c1.latency_ms.unwrap() - (14080.0 + 2240.0) / 1e6).abs() < 1e-12, "{c1:?}");
+        assert_eq!(c1.predictor, "paleo");
+        assert_eq!(by_name("bn").predictor, "fused:c1");
+        assert_eq!(by_name("r").predictor, "fused:c1");
+        assert_eq!(by_name("f").predictor, "free");
+        for l in ["bn", "r", "f"] {
+            assert_eq!(by_name(l).latency_ms, Some(0.0));
+            assert_eq!(by_name(l).memory_mib, 0.0);
+        }
+        // p: 64 outputs, 256 FLOPs, (256 + 64) * 4 bytes; d: FLOPs 2*64*10 + 10, (64 + 650 + 10) * 4 bytes;
+        // s: 50 FLOPs, 80 bytes.
+        let expected = (14080.0 + 2240.0 + 256.0 + 1280.0 + 1290.0 + 2896.0 + 50.0 + 80.0) / 1e6;
+        assert!((e.total.latency_ms - expected).abs() < 1e-12, "{} vs {expected}", e.total.latency_ms);
+        assert_eq!(e.total.energy_mj, None);
+        assert!(e.layers.iter().all(|l| l.power_w.is_none() && l.energy_mj.is_none()));
+        assert!(e.notes.iter().any(|n| n.contains("no power model")), "{:?}", e.notes);
+        assert!(e.uncovered.is_empty());
+    }
+
+    #[test]
+    fn fusion_needs_a_single_consumer_and_a_linear_conv() {
+        let text = r#"{"name": "branch", "input_shape": [3, 8, 8], "layers": [
+            {"name": "c1", "type": "conv2d", "filters": 4, "kernel": [1, 1], "activation": "relu"},
+            {"name": "bn", "type": "batch_norm"},
+            {"name": "c2", "type": "conv2d", "filters": 4, "kernel": [1, 1]},
+            {"name": "r", "type": "activation", "function": "relu"},
+            {"name": "sum", "type": "add", "inputs": ["c2", "r"]}]}"#;
+        let net = Network::from_json_str(text, "branch.json").unwrap();
+        let e = paleo().estimate(&net).unwrap();
+        // bn follows a conv with a relu (cannot fold); r reads c2, which also feeds the add (cannot fuse).
+        assert_eq!(e.layers[1].predictor, "paleo");
+        assert_eq!(e.layers[3].predictor, "paleo");
+        assert!(e.layers[3].latency_ms.unwrap() > 0.0);
+    }
+
+    #[test]
+    fn unsupported_layers_are_uncovered_with_their_share_and_a_note() {
+        let net = Network {
+            name: "u".into(),
+            batch_size: 1,
+            input_shape: vec![3, 8, 8],
+            layers: vec![
+                crate::network::Layer::new("c", Op::Conv2d(crate::layer::Conv2d::new(4, [3, 3]))),
+                crate::network::Layer::new(
+                    "odd",
+                    Op::Unsupported { op_type: "Odd".into(), output_shape: vec![4, 6, 6] },
+                ),
+            ],
+        };
+        let e = paleo().estimate(&net).unwrap();
+        assert_eq!(e.uncovered.len(), 1);
+        assert_eq!(e.uncovered[0].name, "odd");
+        assert_eq!(e.layers[1].latency_ms, None);
+        assert_eq!(e.layers[1].predictor, "uncovered");
+        assert!(e.notes[0].contains("lower bound") && e.notes[0].contains("odd"), "{:?}", e.notes);
+        assert_eq!(e.total.latency_ms, e.layers[0].latency_ms.unwrap());
+    }
+
+    #[test]
+    fn json_has_the_contract_keys() {
+        let net = Network::from_json_str(TINY, "tiny.json").unwrap();
+        let v = serde_json::to_value(paleo().estimate(&net).unwrap()).unwrap();
+        for key in ["network", "device", "batch_size", "method", "total", "layers", "uncovered"] {
+            assert!(v.get(key).is_some(), "missing {key}");
+        }
+        for key in ["latency_ms", "energy_mj", "peak_memory_mib", "memory_two_largest_mib", "memory_two_mean_mib"] {
+            assert!(v["total"].get(key).is_some(), "missing total.{key}");
+        }
+        for key in ["name", "type", "latency_ms", "power_w", "energy_mj", "memory_mib", "predictor"] {
+            assert!(v["layers"][0].get(key).is_some(), "missing layers[].{key}");
+        }
+        assert_eq!(v["layers"][0]["type"], "conv2d");
+        assert!(v["total"]["energy_mj"].is_null());
+    }
 }

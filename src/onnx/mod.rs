@@ -3,15 +3,7 @@
 //! perfmodel [`Network`].
 
 pub mod export;
-
-use crate::error::{Error, Result};
-use crate::network::Network;
-use std::path::Path;
+pub mod import;
 
 pub use export::{export_layer, export_network, Exported};
-
-/// Import an ONNX file as a network.
-pub fn import_onnx(path: &Path, allow_unsupported: bool) -> Result<Network> {
-    let _ = allow_unsupported;
-    Err(Error::Onnx { file: path.display().to_string(), message: "ONNX import is not implemented yet".into() })
-}
+pub use import::{import_onnx, import_proto};

@@ -27,17 +27,20 @@ pub struct FlatForest {
 
 impl FlatForest {
     pub fn predict(&self, x: &[f64]) -> f64 {
+        // Plain slices, not `Vec`s, in the loop: indexing a slice is a built-in operation even in an unoptimised
+        // build, indexing a `Vec` is a call through `Index`.
+        let (feature, value, right, roots) = (&self.feature[..], &self.value[..], &self.right[..], &self.roots[..]);
         let mut sum = 0.0;
-        for &root in &self.roots {
-            let mut i = root as usize;
-            loop {
-                let f = self.feature[i];
-                if f == LEAF {
-                    sum += self.value[i];
-                    break;
-                }
-                i = if x[f as usize] <= self.value[i] { i + 1 } else { self.right[i] as usize };
+        let mut t = 0;
+        while t < roots.len() {
+            let mut i = roots[t] as usize;
+            let mut f = feature[i];
+            while f != LEAF {
+                i = if x[f as usize] <= value[i] { i + 1 } else { right[i] as usize };
+                f = feature[i];
             }
+            sum += value[i];
+            t += 1;
         }
         self.base + self.scale * sum
     }
@@ -111,48 +114,65 @@ pub struct Knn {
 
 impl Knn {
     pub fn predict(&self, x: &[f64]) -> f64 {
-        let d = self.columns.len();
-        let query: Vec<f32> = self
-            .columns
-            .iter()
-            .zip(&self.mean)
-            .zip(&self.scale)
-            .map(|((&c, m), s)| ((x[c as usize] - m) / s) as f32)
-            .collect();
+        let (columns, mean, scale) = (&self.columns[..], &self.mean[..], &self.scale[..]);
+        let (points, targets) = (&self.points[..], &self.targets[..]);
+        let d = columns.len();
+        let mut query = vec![0f32; d];
+        let q = &mut query[..];
+        let mut j = 0;
+        while j < d {
+            q[j] = ((x[columns[j] as usize] - mean[j]) / scale[j]) as f32;
+            j += 1;
+        }
         // The k best (squared distance, row) so far, sorted ascending; k is small.
-        let k = self.k.min(self.targets.len()).max(1);
+        let k = self.k.min(targets.len()).max(1);
         let mut best: Vec<(f32, usize)> = Vec::with_capacity(k + 1);
-        for (row, point) in self.points.chunks_exact(d.max(1)).enumerate() {
-            let dist: f32 = point.iter().zip(&query).map(|(p, q)| (p - q) * (p - q)).sum();
-            if best.len() < k || dist < best[best.len() - 1].0 {
+        let mut worst = f32::INFINITY;
+        let mut row = 0;
+        while row < targets.len() {
+            let point = &points[row * d..row * d + d];
+            let mut dist = 0f32;
+            let mut j = 0;
+            while j < d && dist < worst {
+                let diff = point[j] - q[j];
+                dist += diff * diff;
+                j += 1;
+            }
+            if dist < worst || best.len() < k {
                 let at = best.partition_point(|(b, _)| *b <= dist);
                 best.insert(at, (dist, row));
                 best.truncate(k);
+                if best.len() == k {
+                    worst = best[k - 1].0;
+                }
             }
+            row += 1;
         }
         if best.is_empty() {
             return 0.0;
         }
         if self.distance_weighted {
             if let Some(&(_, exact)) = best.iter().find(|(dist, _)| *dist == 0.0) {
-                return self.targets[exact];
+                return targets[exact];
             }
             let (mut num, mut den) = (0.0, 0.0);
             for &(dist, row) in &best {
                 let w = 1.0 / (dist as f64).sqrt();
-                num += w * self.targets[row];
+                num += w * targets[row];
                 den += w;
             }
             num / den
         } else {
-            best.iter().map(|&(_, row)| self.targets[row]).sum::<f64>() / best.len() as f64
+            best.iter().map(|&(_, row)| targets[row]).sum::<f64>() / best.len() as f64
         }
     }
 }
 
-/// A linear function of standardised features.
+/// A linear function of standardised features, or of standardised `ln(1 + feature)` (a power law when the target
+/// is log-transformed too: latency grows like a power of FLOPs and sizes).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Linear {
+    pub log_features: bool,
     pub standardizer: Standardizer,
     pub coefficients: Vec<f64>,
     pub intercept: f64,
@@ -160,11 +180,14 @@ pub struct Linear {
 
 impl Linear {
     pub fn predict(&self, x: &[f64]) -> f64 {
+        let (mean, scale, coefficients) =
+            (&self.standardizer.mean[..], &self.standardizer.scale[..], &self.coefficients[..]);
         let mut y = self.intercept;
-        for (((v, m), s), c) in
-            x.iter().zip(&self.standardizer.mean).zip(&self.standardizer.scale).zip(&self.coefficients)
-        {
-            y += c * (v - m) / s;
+        let mut j = 0;
+        while j < coefficients.len() {
+            let v = if self.log_features { x[j].max(0.0).ln_1p() } else { x[j] };
+            y += coefficients[j] * (v - mean[j]) / scale[j];
+            j += 1;
         }
         y
     }

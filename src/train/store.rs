@@ -245,18 +245,18 @@ impl ModelStore {
         Ok(ModelStore { device: device.to_string(), dir, manifest, predictors })
     }
 
-    /// Write the model files (`models[i]` belongs to `manifest.models[i]`), then the manifest, each atomically,
-    /// recording every file's SHA-256 in the manifest.
+    /// Write `models` (each atomically, recording its SHA-256 in the manifest entry of the same layer type and
+    /// metric), then the manifest. Entries without a file in `models` must refer to files already in place.
     pub fn save(models_dir: &Path, manifest: &mut Manifest, models: &[ModelFile]) -> Result<()> {
         let dir = device_dir(models_dir, &manifest.device);
-        if manifest.models.len() != models.len() {
-            return Err(Error::Invalid(format!(
-                "{} manifest entries for {} model files",
-                manifest.models.len(),
-                models.len()
-            )));
-        }
-        for (entry, file) in manifest.models.iter_mut().zip(models) {
+        for file in models {
+            let entry = manifest
+                .models
+                .iter_mut()
+                .find(|e| e.layer_type == file.layer_type && e.metric == file.metric)
+                .ok_or_else(|| {
+                    Error::Invalid(format!("no manifest entry for the {}/{} model", file.layer_type, file.metric))
+                })?;
             let bytes = file.encode()?;
             entry.file_sha256 = sha256_hex(&bytes);
             write_atomic(dir.join(&entry.file), &bytes)?;

@@ -1,1 +1,91 @@
-//! TODO
+//! The model zoo: the architectures people deploy, written as builder code (not hand-typed JSON) so they can be
+//! checked against their published parameter counts and regenerated. Sampling draws representative layer
+//! configs from [`architectures`]; [`holdout`] networks are never sampled, so whole-network estimates on them
+//! are an honest test of generalisation.
+
+pub mod builder;
+mod densenet;
+mod efficientnet;
+mod holdout;
+mod inception;
+mod mlp;
+mod mobilenet;
+mod nasnet;
+mod resnet;
+mod squeezenet;
+mod vgg;
+
+use crate::error::{write_atomic, Result};
+use crate::network::Network;
+use std::path::{Path, PathBuf};
+
+/// One zoo network: its file name, builder and published total parameter count (where one exists).
+#[derive(Clone, Copy)]
+pub struct ZooEntry {
+    pub name: &'static str,
+    pub build: fn() -> Network,
+    /// Total parameters as published (Keras Applications docs unless the builder's module says otherwise),
+    /// counted the Keras way: batch norm 4 per channel, separable conv = depthwise + pointwise.
+    pub published_params: Option<u64>,
+}
+
+const fn entry(name: &'static str, build: fn() -> Network, params: u64) -> ZooEntry {
+    ZooEntry { name, build, published_params: Some(params) }
+}
+
+/// Every architecture sampling draws from.
+pub fn architectures() -> Vec<ZooEntry> {
+    vec![
+        entry("vgg16", vgg::vgg16, vgg::VGG16_PARAMS),
+        entry("vgg19", vgg::vgg19, vgg::VGG19_PARAMS),
+        entry("resnet50", resnet::resnet50, resnet::RESNET50_PARAMS),
+        entry("resnet101", resnet::resnet101, resnet::RESNET101_PARAMS),
+        entry("resnet152", resnet::resnet152, resnet::RESNET152_PARAMS),
+        entry("resnet50v2", resnet::resnet50v2, resnet::RESNET50V2_PARAMS),
+        entry("resnet101v2", resnet::resnet101v2, resnet::RESNET101V2_PARAMS),
+        entry("resnet152v2", resnet::resnet152v2, resnet::RESNET152V2_PARAMS),
+        entry("mobilenet", mobilenet::mobilenet, mobilenet::MOBILENET_PARAMS),
+        entry("mobilenetv2", mobilenet::mobilenet_v2, mobilenet::MOBILENETV2_PARAMS),
+        entry("mobilenetv3small", mobilenet::mobilenet_v3_small, mobilenet::MOBILENETV3_SMALL_PARAMS),
+        entry("mobilenetv3large", mobilenet::mobilenet_v3_large, mobilenet::MOBILENETV3_LARGE_PARAMS),
+        entry("densenet121", densenet::densenet121, densenet::DENSENET121_PARAMS),
+        entry("densenet169", densenet::densenet169, densenet::DENSENET169_PARAMS),
+        entry("densenet201", densenet::densenet201, densenet::DENSENET201_PARAMS),
+        entry("inceptionv3", inception::inception_v3, inception::INCEPTIONV3_PARAMS),
+        entry("inceptionresnetv2", inception::inception_resnet_v2, inception::INCEPTIONRESNETV2_PARAMS),
+        entry("xception", inception::xception, inception::XCEPTION_PARAMS),
+        entry("efficientnetb0", efficientnet::efficientnet_b0, efficientnet::EFFICIENTNETB0_PARAMS),
+        entry("efficientnetb1", efficientnet::efficientnet_b1, efficientnet::EFFICIENTNETB1_PARAMS),
+        entry("efficientnetb2", efficientnet::efficientnet_b2, efficientnet::EFFICIENTNETB2_PARAMS),
+        entry("efficientnetb3", efficientnet::efficientnet_b3, efficientnet::EFFICIENTNETB3_PARAMS),
+        entry("nasnetmobile", nasnet::nasnet_mobile, nasnet::NASNETMOBILE_PARAMS),
+        entry("squeezenet", squeezenet::squeezenet, squeezenet::SQUEEZENET_PARAMS),
+        entry("mnist_mlp", mlp::mnist_mlp, mlp::MNIST_MLP_PARAMS),
+        entry("tabular_mlp", mlp::tabular_mlp, mlp::TABULAR_MLP_PARAMS),
+    ]
+}
+
+/// Networks kept out of sampling, for validating whole-network estimates.
+pub fn holdout() -> Vec<ZooEntry> {
+    vec![
+        entry("alexnet", holdout::alexnet, holdout::ALEXNET_PARAMS),
+        entry("mnist_cnn", holdout::mnist_cnn, holdout::MNIST_CNN_PARAMS),
+        entry("yolo_tiny_backbone", holdout::yolo_tiny_backbone, holdout::YOLO_TINY_BACKBONE_PARAMS),
+        ZooEntry { name: "shufflenet_like", build: holdout::shufflenet_like, published_params: None },
+    ]
+}
+
+/// Write every architecture as `<dir>/<name>.json` and every holdout network as `<dir>/holdout/<name>.json`.
+/// Returns the written paths.
+pub fn export(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    for (sub, entries) in [(dir.to_path_buf(), architectures()), (dir.join("holdout"), holdout())] {
+        for e in entries {
+            let net = (e.build)();
+            let path = sub.join(format!("{}.json", e.name));
+            write_atomic(&path, net.to_json_string().as_bytes())?;
+            written.push(path);
+        }
+    }
+    Ok(written)
+}

@@ -1,0 +1,289 @@
+//! Device profiles (`collectors/NAME.toml`): everything that makes measurements on one device repeatable — the
+//! engine and its threads, batch sizes, the measurement protocol, the power sensors — and the hardware/software
+//! description that is stored next to the data, so a dataset can always be traced to what produced it.
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Executors the collector can drive.
+pub const EXECUTORS: [&str; 1] = ["tract"];
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceProfile {
+    /// File stem of the profile; filled in by [`DeviceProfile::load`].
+    #[serde(skip)]
+    pub name: String,
+    pub description: String,
+    pub executor: String,
+    pub threads: usize,
+    /// Ascending after loading; every config is measured at each of them.
+    pub batch_sizes: Vec<usize>,
+    /// Peak FLOP/s of the executor's configuration, in GFLOP/s (roofline / paleo baseline).
+    #[serde(default)]
+    pub peak_gflops: Option<f64>,
+    /// Sustained memory bandwidth in GB/s (roofline / paleo baseline).
+    #[serde(default)]
+    pub memory_bandwidth_gbs: Option<f64>,
+    pub protocol: Protocol,
+    #[serde(default)]
+    pub power: PowerSettings,
+    /// Free-form description of the hardware (CPU, memory, board...).
+    #[serde(default)]
+    pub hardware: BTreeMap<String, String>,
+    /// Free-form description of the software (OS, kernel, engine...).
+    #[serde(default)]
+    pub software: BTreeMap<String, String>,
+}
+
+/// How one sample is measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Protocol {
+    /// Untimed runs after building a workload (caches, lazy allocations, frequency ramp-up).
+    pub burn_in_runs: usize,
+    /// Timed repetitions per round.
+    pub repetitions: usize,
+    /// Rounds; within a round the configs of a group are measured one after another (interleaving), so a noisy
+    /// moment of the machine spreads over several configs instead of biasing one.
+    pub rounds: usize,
+    /// Configs measured together in one interleaved group.
+    pub group_size: usize,
+    /// A single run slower than this fails the sample ("timeout") and skips the config's larger batch sizes.
+    pub per_sample_timeout_s: f64,
+    /// Minimum duration of one timed repetition: faster layers run several times per repetition, so clock
+    /// resolution and loop overhead stay negligible.
+    pub min_window_ms: f64,
+    /// Robust coefficient of variation (1.4826 MAD / median) above which a sample is re-measured once, then
+    /// marked unstable. Robust because one preempted repetition on a shared machine should not condemn a sample
+    /// whose median is solid; the classic CV is still recorded.
+    pub max_cv: f64,
+    /// Cap on the timed measuring time of one sample: slow layers get fewer repetitions per round (at least 2),
+    /// since their long runs already average out short disturbances.
+    #[serde(default)]
+    pub max_measure_s: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PowerSettings {
+    /// Fraction of samples for which power is measured (power models saturate early; power windows are long).
+    #[serde(default = "one")]
+    pub subset_fraction: f64,
+    /// Power sensors, summed (e.g. CPU package + DRAM); empty = no power measurement.
+    #[serde(default)]
+    pub sensors: Vec<SensorSpec>,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl Default for PowerSettings {
+    fn default() -> Self {
+        PowerSettings { subset_fraction: 1.0, sensors: Vec::new() }
+    }
+}
+
+/// A power sensor. Sysfs roots are configurable so a profile (or a test) can point at another tree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum SensorSpec {
+    /// Linux powercap / Intel RAPL package energy counters (`intel-rapl:N/energy_uj`).
+    Rapl {
+        #[serde(default = "default_powercap")]
+        root: PathBuf,
+    },
+    /// Linux hwmon `power*_input` (µW) or `energy*_input` (µJ), optionally only chips with this `name`.
+    Hwmon {
+        #[serde(default = "default_hwmon")]
+        root: PathBuf,
+        #[serde(default)]
+        chip: Option<String>,
+        #[serde(default = "default_window_ms")]
+        window_ms: f64,
+    },
+    /// NVIDIA GPU through NVML (`libnvidia-ml`): board power.
+    Nvml {
+        #[serde(default)]
+        index: u32,
+        /// Path of `libnvidia-ml.so` when not on the loader path.
+        #[serde(default)]
+        library: Option<PathBuf>,
+    },
+    /// A lab meter read by a command that prints a number in watts (`unit = "W"`, instantaneous) or joules
+    /// (`unit = "J"`, a cumulative counter).
+    Command {
+        command: String,
+        unit: String,
+        #[serde(default = "default_command_window_ms")]
+        window_ms: f64,
+    },
+}
+
+fn default_powercap() -> PathBuf {
+    PathBuf::from("/sys/class/powercap")
+}
+fn default_hwmon() -> PathBuf {
+    PathBuf::from("/sys/class/hwmon")
+}
+fn default_window_ms() -> f64 {
+    200.0
+}
+fn default_command_window_ms() -> f64 {
+    1000.0
+}
+
+impl DeviceProfile {
+    /// Load `collectors_dir/NAME.toml`. An unknown name lists the known ones.
+    pub fn load(collectors_dir: &Path, name: &str) -> Result<DeviceProfile> {
+        let path = collectors_dir.join(format!("{name}.toml"));
+        let valid_name = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !valid_name || !path.is_file() {
+            let known = Self::names(collectors_dir)?;
+            return Err(Error::Device {
+                device: name.to_string(),
+                message: format!(
+                    "no profile {} (known devices: {})",
+                    path.display(),
+                    if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                ),
+            });
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+        Self::parse(&text, name, &path)
+    }
+
+    /// Parse profile text; `path` is only for messages.
+    pub fn parse(text: &str, name: &str, path: &Path) -> Result<DeviceProfile> {
+        let fail = |message: String| Error::Device { device: name.to_string(), message };
+        let mut p: DeviceProfile = toml::from_str(text).map_err(|e| fail(format!("{}: {e}", path.display())))?;
+        p.name = name.to_string();
+        let bad = |field: &str, why: &str| fail(format!("{}: field '{field}': {why}", path.display()));
+        if !EXECUTORS.contains(&p.executor.as_str()) {
+            return Err(bad("executor", &format!("unknown executor '{}' (known: {})", p.executor, EXECUTORS.join(", "))));
+        }
+        if p.threads == 0 {
+            return Err(bad("threads", "must be at least 1"));
+        }
+        p.batch_sizes.sort_unstable();
+        p.batch_sizes.dedup();
+        if p.batch_sizes.is_empty() || p.batch_sizes[0] == 0 {
+            return Err(bad("batch_sizes", "needs at least one positive batch size"));
+        }
+        let pr = &p.protocol;
+        for (field, v) in [("protocol.repetitions", pr.repetitions), ("protocol.rounds", pr.rounds)] {
+            if v == 0 {
+                return Err(bad(field, "must be at least 1"));
+            }
+        }
+        if pr.group_size == 0 {
+            return Err(bad("protocol.group_size", "must be at least 1"));
+        }
+        for (field, v) in [
+            ("protocol.per_sample_timeout_s", pr.per_sample_timeout_s),
+            ("protocol.max_cv", pr.max_cv),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(bad(field, "must be a positive number"));
+            }
+        }
+        if pr.max_measure_s.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
+            return Err(bad("protocol.max_measure_s", "must be a positive number"));
+        }
+        if !(pr.min_window_ms.is_finite() && pr.min_window_ms >= 0.0) {
+            return Err(bad("protocol.min_window_ms", "must be zero or a positive number"));
+        }
+        if !(0.0..=1.0).contains(&p.power.subset_fraction) {
+            return Err(bad("power.subset_fraction", "must be between 0 and 1"));
+        }
+        for (field, v) in [("peak_gflops", p.peak_gflops), ("memory_bandwidth_gbs", p.memory_bandwidth_gbs)] {
+            if v.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
+                return Err(bad(field, "must be a positive number"));
+            }
+        }
+        for s in &p.power.sensors {
+            if let SensorSpec::Command { unit, .. } = s {
+                if !["W", "J"].contains(&unit.as_str()) {
+                    return Err(bad("power.sensors.unit", &format!("expected \"W\" or \"J\", got \"{unit}\"")));
+                }
+            }
+        }
+        Ok(p)
+    }
+
+    /// Names of the profiles in a directory, sorted.
+    pub fn names(collectors_dir: &Path) -> Result<Vec<String>> {
+        let entries = match std::fs::read_dir(collectors_dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io(collectors_dir, e)),
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let path = entry.map_err(|e| Error::io(collectors_dir, e))?.path();
+            if path.extension().and_then(|e| e.to_str()) == Some("toml") {
+                if let Some(stem) = path.file_stem().and_then(|s| s.to_str()) {
+                    names.push(stem.to_string());
+                }
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// Every profile in a directory; the first invalid one is an error.
+    pub fn list(collectors_dir: &Path) -> Result<Vec<DeviceProfile>> {
+        Self::names(collectors_dir)?.iter().map(|n| Self::load(collectors_dir, n)).collect()
+    }
+
+    /// The profile as TOML, stored beside the collected data.
+    pub fn to_toml(&self) -> Result<String> {
+        toml::to_string_pretty(self).map_err(|e| Error::Device { device: self.name.clone(), message: e.to_string() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+description = "test"
+executor = "tract"
+threads = 1
+batch_sizes = [4, 1, 2]
+[protocol]
+burn_in_runs = 1
+repetitions = 3
+rounds = 2
+group_size = 2
+per_sample_timeout_s = 5
+min_window_ms = 1
+max_cv = 0.2
+"#;
+
+    #[test]
+    fn parses_and_sorts_batch_sizes() {
+        let p = DeviceProfile::parse(MINIMAL, "t", Path::new("t.toml")).unwrap();
+        assert_eq!(p.batch_sizes, vec![1, 2, 4]);
+        assert!(p.power.sensors.is_empty());
+        let again = DeviceProfile::parse(&p.to_toml().unwrap(), "t", Path::new("t.toml")).unwrap();
+        assert_eq!(again, p);
+    }
+
+    #[test]
+    fn rejects_bad_fields_and_unknown_devices() {
+        let err = DeviceProfile::parse(&MINIMAL.replace("threads = 1", "threads = 0"), "t", Path::new("t.toml"));
+        assert!(err.unwrap_err().to_string().contains("'threads'"));
+        let err = DeviceProfile::parse(&MINIMAL.replace("\"tract\"", "\"onnxruntime\""), "t", Path::new("t.toml"));
+        assert!(err.unwrap_err().to_string().contains("unknown executor"));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.toml"), MINIMAL).unwrap();
+        std::fs::write(dir.path().join("b.toml"), MINIMAL).unwrap();
+        let err = DeviceProfile::load(dir.path(), "c").unwrap_err().to_string();
+        assert!(err.contains("known devices: a, b"), "{err}");
+        assert_eq!(DeviceProfile::list(dir.path()).unwrap().len(), 2);
+    }
+}

@@ -1,0 +1,624 @@
+//! The measurement protocol and the collection loop.
+//!
+//! A group of configs (the profile's `group_size`) is built and kept in memory, burnt in, then timed in rounds
+//! that visit the configs in turn, so a burst of load from another process on this shared machine is spread over
+//! the group instead of biasing one sample. Each config then moves on to its next batch size together with its
+//! group; a failure (build error, engine panic, run error, timeout) is written as a `failed` row and ends that
+//! config's larger batch sizes. Rows are appended durably one by one; a rerun skips every key already written.
+
+use super::alloc;
+use super::profile::DeviceProfile;
+use super::sensors::{available_power_sensors, MemorySensor, Sensor};
+use super::stats::{quantile_sorted, spread};
+use crate::data::{self, Sample, SampleWriter, Status};
+use crate::engine::{Executor, Workload};
+use crate::error::{write_atomic, Error, Result};
+use crate::layer::{LayerConfig, LayerType};
+use rand::seq::IndexedRandom;
+use rand::SeedableRng;
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A deterministic slice of the configs: those whose key (at the smallest batch size, so all batch sizes of a
+/// config stay together) hashes to `index` modulo `count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// 0-based.
+    pub index: usize,
+    pub count: usize,
+}
+
+impl Shard {
+    /// `i/n` with `0 <= i < n`.
+    pub fn parse(text: &str) -> Result<Shard> {
+        let bad = || Error::Invalid(format!("--shard: expected i/n with 0 <= i < n (e.g. 0/4), got '{text}'"));
+        let (i, n) = text.split_once('/').ok_or_else(bad)?;
+        let (index, count) = (i.trim().parse::<usize>().map_err(|_| bad())?, n.trim().parse::<usize>().map_err(|_| bad())?);
+        if count == 0 || index >= count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+
+    /// The slice of a SLURM job array task: `SLURM_ARRAY_TASK_ID` minus `SLURM_ARRAY_TASK_MIN` (0 when unset)
+    /// out of `SLURM_ARRAY_TASK_COUNT`. `None` outside a job array.
+    pub fn from_slurm(var: impl Fn(&str) -> Option<String>) -> Result<Option<Shard>> {
+        let (Some(id), Some(count)) = (var("SLURM_ARRAY_TASK_ID"), var("SLURM_ARRAY_TASK_COUNT")) else {
+            return Ok(None);
+        };
+        let num = |name: &str, v: &str| {
+            v.trim().parse::<usize>().map_err(|_| Error::Invalid(format!("{name}: expected an integer, got '{v}'")))
+        };
+        let min = var("SLURM_ARRAY_TASK_MIN").map(|m| num("SLURM_ARRAY_TASK_MIN", &m)).transpose()?.unwrap_or(0);
+        let (id, count) = (num("SLURM_ARRAY_TASK_ID", &id)?, num("SLURM_ARRAY_TASK_COUNT", &count)?);
+        let index = id.checked_sub(min).ok_or_else(|| {
+            Error::Invalid(format!("SLURM_ARRAY_TASK_ID {id} is below SLURM_ARRAY_TASK_MIN {min}"))
+        })?;
+        Shard::parse(&format!("{index}/{count}")).map(Some)
+    }
+
+    pub fn contains(&self, key: &str) -> bool {
+        (key_number(key) % self.count as u64) as usize == self.index
+    }
+
+    /// Sub-directory of the device's data directory this shard writes to, so that concurrent shards on a shared
+    /// file system never append to the same file (join them with `perfmodel data merge`).
+    pub fn dir_name(&self) -> String {
+        format!("shard-{}-of-{}", self.index, self.count)
+    }
+}
+
+/// The 64-bit number behind a hex key (keys are hashes, so this is uniform).
+fn key_number(key: &str) -> u64 {
+    u64::from_str_radix(key.get(..16).unwrap_or(key), 16).unwrap_or_else(|_| {
+        key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    })
+}
+
+#[derive(Debug, Clone)]
+pub struct CollectOptions {
+    /// Root of the data store; rows go to `data_dir/DEVICE/` (or its shard sub-directory).
+    pub data_dir: PathBuf,
+    /// Only these layer types (all when `None`).
+    pub layers: Option<Vec<LayerType>>,
+    /// Stop after measuring this many samples in this run.
+    pub max_samples: Option<usize>,
+    /// Stop starting new measurements after this long.
+    pub time_budget: Option<Duration>,
+    pub shard: Option<Shard>,
+}
+
+/// Progress reporting, implemented by the command line (progress bar) or a test.
+pub trait Observer {
+    /// Something the user must know (repairs, unavailable sensors).
+    fn note(&mut self, message: &str);
+    /// How many samples this run intends to measure.
+    fn planned(&mut self, samples: usize);
+    /// One sample was measured and written.
+    fn recorded(&mut self, sample: &Sample);
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TypeSummary {
+    pub layer_type: LayerType,
+    pub ok: usize,
+    pub unstable: usize,
+    pub failed: usize,
+    /// Rows in the data file after this run.
+    pub rows: usize,
+    /// Median latency of this run's measured samples.
+    pub median_latency_ms: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    pub device_dir: PathBuf,
+    pub types: Vec<TypeSummary>,
+    pub elapsed: Duration,
+    /// Samples still to measure (a rerun continues with them).
+    pub remaining: usize,
+    /// Why the run stopped early, if it did.
+    pub stopped_by: Option<String>,
+}
+
+/// Measures samples with one executor according to a device profile.
+struct Meter<'a> {
+    profile: &'a DeviceProfile,
+    executor: &'a dyn Executor,
+    engine: String,
+    memory: bool,
+    power: Vec<Box<dyn Sensor>>,
+}
+
+/// One config of a group being measured.
+struct Unit {
+    sample: Sample,
+    workload: Option<Box<dyn Workload>>,
+    /// Runs per timed repetition.
+    inner: usize,
+    /// Timed repetitions per round.
+    repetitions: usize,
+    times_ms: Vec<f64>,
+    failure: Option<String>,
+}
+
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// Run `runs` inferences; the time they took, or why they failed (errors and engine panics alike).
+fn run_guarded(workload: &mut dyn Workload, runs: usize) -> std::result::Result<Duration, String> {
+    let t = Instant::now();
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        for _ in 0..runs {
+            workload.run()?;
+        }
+        Ok::<(), Error>(())
+    }));
+    match outcome {
+        Ok(Ok(())) => Ok(t.elapsed()),
+        Ok(Err(e)) => Err(format!("run failed: {e}")),
+        Err(p) => Err(format!("the engine panicked while running: {}", panic_text(p.as_ref()))),
+    }
+}
+
+impl<'a> Meter<'a> {
+    fn new(profile: &'a DeviceProfile, executor: &'a dyn Executor, observer: &mut dyn Observer) -> Meter<'a> {
+        let memory = MemorySensor::default().check_available();
+        if let Err(e) = &memory {
+            observer.note(&format!("memory: unavailable ({e}); memory_mib stays empty"));
+        }
+        let power = match available_power_sensors(&profile.power.sensors) {
+            Ok(sensors) => {
+                let names: Vec<String> = sensors.iter().map(|s| s.name()).collect();
+                observer.note(&format!(
+                    "power: measuring with {} on {:.0}% of the samples",
+                    names.join(" + "),
+                    profile.power.subset_fraction * 100.0
+                ));
+                sensors
+            }
+            Err(why) => {
+                observer.note(&format!(
+                    "power: unavailable on this device ({why}); collecting latency and memory only"
+                ));
+                Vec::new()
+            }
+        };
+        Meter { profile, executor, engine: executor.describe(), memory: memory.is_ok(), power }
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.profile.protocol.per_sample_timeout_s)
+    }
+
+    /// Build, measure memory of, and burn in one config.
+    fn prepare(&self, mut sample: Sample) -> Unit {
+        sample.engine = self.engine.clone();
+        sample.threads = self.profile.threads;
+        let mut unit = Unit { sample, workload: None, inner: 1, repetitions: 0, times_ms: Vec::new(), failure: None };
+        let mut memory = MemorySensor::default();
+        if self.memory && memory.start().is_err() {
+            unit.failure = Some("memory sensor failed to start".into());
+            return unit;
+        }
+        let built = catch_unwind(AssertUnwindSafe(|| self.executor.prepare_layer(&unit.sample.config)));
+        let mut workload = match built {
+            Ok(Ok(w)) => w,
+            Ok(Err(e)) => {
+                unit.failure = Some(format!("build failed: {e}"));
+                return unit;
+            }
+            Err(p) => {
+                unit.failure = Some(format!("the engine panicked while building: {}", panic_text(p.as_ref())));
+                return unit;
+            }
+        };
+        // Graph optimisation allocates transiently; what the layer needs is what stays plus what a run adds.
+        alloc::reset_peak();
+        let first = match run_guarded(workload.as_mut(), 1) {
+            Ok(t) => t,
+            Err(why) => {
+                unit.failure = Some(why);
+                return unit;
+            }
+        };
+        if self.memory {
+            if let Ok(r) = memory.stop() {
+                unit.sample.memory_mib = Some(r.value / (1024.0 * 1024.0));
+            }
+        }
+        let mut fastest = first;
+        for _ in 1..self.profile.protocol.burn_in_runs.max(1) {
+            if fastest > self.timeout() {
+                break;
+            }
+            match run_guarded(workload.as_mut(), 1) {
+                Ok(t) => fastest = fastest.min(t),
+                Err(why) => {
+                    unit.failure = Some(why);
+                    return unit;
+                }
+            }
+        }
+        if fastest > self.timeout() {
+            unit.failure = Some(format!(
+                "timeout: one run took {:.3} s, over the per-sample limit of {} s",
+                fastest.as_secs_f64(),
+                self.profile.protocol.per_sample_timeout_s
+            ));
+            return unit;
+        }
+        let p = &self.profile.protocol;
+        let run_s = fastest.as_secs_f64().max(1e-9);
+        unit.inner = ((p.min_window_ms / 1e3 / run_s).ceil() as usize).clamp(1, 100_000);
+        unit.repetitions = match p.max_measure_s {
+            Some(cap) => ((cap / (p.rounds as f64 * run_s * unit.inner as f64)) as usize).clamp(2, p.repetitions.max(2)),
+            None => p.repetitions,
+        };
+        unit.workload = Some(workload);
+        unit
+    }
+
+    /// Timed rounds over the given units, interleaved: round by round, config by config.
+    fn timed_rounds(&self, units: &mut [Unit], which: &[usize]) {
+        let p = &self.profile.protocol;
+        for _round in 0..p.rounds {
+            for &i in which {
+                let unit = &mut units[i];
+                let Some(workload) = unit.workload.as_mut() else { continue };
+                for _ in 0..unit.repetitions {
+                    match run_guarded(workload.as_mut(), unit.inner) {
+                        Ok(t) => unit.times_ms.push(t.as_secs_f64() * 1e3 / unit.inner as f64),
+                        Err(why) => {
+                            unit.failure = Some(why);
+                            unit.workload = None;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Average power while looping the workload over the sensors' window.
+    fn measure_power(&mut self, workload: &mut dyn Workload) -> std::result::Result<f64, String> {
+        let window = self.power.iter().map(|s| s.min_window()).max().unwrap_or_default();
+        for s in self.power.iter_mut() {
+            s.start().map_err(|e| e.to_string())?;
+        }
+        let t = Instant::now();
+        let mut runs = 0usize;
+        while runs == 0 || t.elapsed() < window {
+            run_guarded(workload, 1)?;
+            runs += 1;
+            for s in self.power.iter_mut() {
+                s.poll().map_err(|e| e.to_string())?;
+            }
+        }
+        let mut watts = 0.0;
+        for s in self.power.iter_mut() {
+            watts += s.stop().map_err(|e| e.to_string())?.value;
+        }
+        Ok(watts)
+    }
+
+    fn wants_power(&self, key: &str) -> bool {
+        !self.power.is_empty() && (key_number(key) % 10_000) as f64 / 10_000.0 < self.profile.power.subset_fraction
+    }
+
+    /// Measure a group of samples together; returns them completed (ok, unstable or failed).
+    fn measure_group(&mut self, samples: Vec<Sample>) -> Vec<Sample> {
+        let mut units: Vec<Unit> = samples.into_iter().map(|s| self.prepare(s)).collect();
+        let all: Vec<usize> = (0..units.len()).collect();
+        self.timed_rounds(&mut units, &all);
+        let max_cv = self.profile.protocol.max_cv;
+        let noisy: Vec<usize> = all
+            .iter()
+            .copied()
+            .filter(|&i| units[i].failure.is_none() && spread(&units[i].times_ms).is_some_and(|s| s.robust_cv > max_cv))
+            .collect();
+        for &i in &noisy {
+            units[i].times_ms.clear();
+        }
+        self.timed_rounds(&mut units, &noisy);
+        let mut out = Vec::with_capacity(units.len());
+        for mut unit in units {
+            let mut s = unit.sample;
+            s.timestamp = data::now_rfc3339();
+            let measured = if unit.failure.is_none() { spread(&unit.times_ms) } else { None };
+            let Some(sp) = measured else {
+                s.status = Status::Failed;
+                s.reason = unit.failure.unwrap_or_else(|| "no timed repetition completed".into());
+                s.memory_mib = None;
+                out.push(s);
+                continue;
+            };
+            s.latency_ms = Some(sp.median);
+            s.latency_mad_ms = Some(sp.mad);
+            s.latency_cv = Some(sp.cv);
+            s.repetitions = sp.count as u64;
+            s.rounds = self.profile.protocol.rounds as u64;
+            s.tukey_outliers = sp.tukey_outliers;
+            (s.status, s.reason) = if sp.robust_cv > max_cv {
+                let why = format!("robust CV (1.4826 MAD/median) {:.3} above {max_cv} after one re-measurement", sp.robust_cv);
+                (Status::Unstable, why)
+            } else {
+                (Status::Ok, String::new())
+            };
+            if let (true, Some(w)) = (self.wants_power(&s.key), unit.workload.as_mut()) {
+                match self.measure_power(w.as_mut()) {
+                    Ok(watts) => {
+                        s.power_w = Some(watts);
+                        s.energy_mj = Some(watts * sp.median);
+                    }
+                    Err(why) => {
+                        s.reason = [s.reason.as_str(), &format!("power not measured: {why}")]
+                            .iter()
+                            .filter(|x| !x.is_empty())
+                            .copied()
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    }
+                }
+            }
+            out.push(s);
+        }
+        out
+    }
+}
+
+/// Order groups round-robin across layer types, so a time budget yields samples of every type; within a type by
+/// key, a deterministic shuffle, so a budget-limited run is a random subsample rather than the first networks'.
+fn round_robin(groups: Vec<VecDeque<Sample>>) -> VecDeque<VecDeque<Sample>> {
+    let mut by_type: BTreeMap<LayerType, VecDeque<VecDeque<Sample>>> = BTreeMap::new();
+    let mut groups = groups;
+    groups.sort_by(|a, b| a.front().map(|s| &s.key).cmp(&b.front().map(|s| &s.key)));
+    for g in groups {
+        if let Some(first) = g.front() {
+            by_type.entry(first.layer_type).or_default().push_back(g);
+        }
+    }
+    let mut out = VecDeque::new();
+    while by_type.values().any(|q| !q.is_empty()) {
+        for q in by_type.values_mut() {
+            if let Some(g) = q.pop_front() {
+                out.push_back(g);
+            }
+        }
+    }
+    out
+}
+
+/// Measure `configs` (each expanded to the profile's batch sizes, ascending) on this device and append the rows
+/// to `options.data_dir/DEVICE/<layer_type>.csv`, skipping what is already there.
+pub fn collect(
+    profile: &DeviceProfile,
+    executor: &dyn Executor,
+    configs: &[LayerConfig],
+    options: &CollectOptions,
+    observer: &mut dyn Observer,
+) -> Result<Summary> {
+    let started = Instant::now();
+    let mut device_dir = options.data_dir.join(&profile.name);
+    if let Some(shard) = options.shard {
+        device_dir = device_dir.join(shard.dir_name());
+    }
+    write_atomic(device_dir.join("profile.toml"), profile.to_toml()?.as_bytes())?;
+
+    let mut seen = HashSet::new();
+    let mut groups: Vec<Vec<Sample>> = Vec::new();
+    for config in configs {
+        if options.layers.as_ref().is_some_and(|l| !l.contains(&config.layer_type())) {
+            continue;
+        }
+        let group = profile
+            .batch_sizes
+            .iter()
+            .map(|&batch| Sample::unmeasured(&LayerConfig { batch, ..config.clone() }))
+            .collect::<Result<Vec<_>>>()?;
+        if options.shard.is_some_and(|s| !s.contains(&group[0].key)) || !seen.insert(group[0].key.clone()) {
+            continue;
+        }
+        groups.push(group);
+    }
+
+    let mut writers: BTreeMap<LayerType, SampleWriter> = BTreeMap::new();
+    for g in &groups {
+        let t = g[0].layer_type;
+        if !writers.contains_key(&t) {
+            let w = SampleWriter::open(&data::file_path(&device_dir, t))?;
+            if let Some(note) = w.repair_note() {
+                observer.note(note);
+            }
+            writers.insert(t, w);
+        }
+    }
+    let failed_keys: HashSet<String> = {
+        let mut keys = HashSet::new();
+        for (t, w) in &writers {
+            if !w.is_empty() {
+                for s in data::read_samples(w.path())? {
+                    if s.status == Status::Failed {
+                        keys.insert(s.key);
+                    }
+                    debug_assert_eq!(s.layer_type, *t);
+                }
+            }
+        }
+        keys
+    };
+    // Drop what is recorded; a recorded failure ends its config's batch sizes.
+    let pending: Vec<VecDeque<Sample>> = groups
+        .into_iter()
+        .map(|g| {
+            let w = &writers[&g[0].layer_type];
+            let mut left = VecDeque::new();
+            for s in g {
+                if failed_keys.contains(&s.key) {
+                    left.clear();
+                    break;
+                }
+                if !w.contains(&s.key) {
+                    left.push_back(s);
+                }
+            }
+            left
+        })
+        .filter(|g| !g.is_empty())
+        .collect();
+    let mut queue = round_robin(pending);
+    observer.planned(queue.iter().map(|g| g.len()).sum());
+
+    let mut meter = Meter::new(profile, executor, observer);
+    let mut measured: BTreeMap<LayerType, Vec<Sample>> = BTreeMap::new();
+    let mut count = 0usize;
+    let mut stopped_by = None;
+    while !queue.is_empty() {
+        if let Some(budget) = options.time_budget {
+            if started.elapsed() >= budget {
+                stopped_by = Some(format!("time budget of {} s reached", budget.as_secs()));
+                break;
+            }
+        }
+        let allowance = match options.max_samples {
+            Some(max) if count >= max => {
+                stopped_by = Some(format!("--max-samples {max} reached"));
+                break;
+            }
+            Some(max) => max - count,
+            None => usize::MAX,
+        };
+        let take = profile.protocol.group_size.min(allowance).min(queue.len());
+        let mut window: Vec<VecDeque<Sample>> = queue.drain(..take).collect();
+        let batch: Vec<Sample> = window.iter_mut().filter_map(|g| g.pop_front()).collect();
+        let results = meter.measure_group(batch);
+        for (group, sample) in window.iter_mut().zip(&results) {
+            writers
+                .get_mut(&sample.layer_type)
+                .ok_or_else(|| Error::Invalid(format!("no data file open for {}", sample.layer_type)))?
+                .append(sample)?;
+            observer.recorded(sample);
+            count += 1;
+            if sample.status == Status::Failed {
+                group.clear();
+            }
+        }
+        for (group, sample) in window.into_iter().zip(results).rev() {
+            measured.entry(sample.layer_type).or_default().push(sample);
+            if !group.is_empty() {
+                queue.push_front(group);
+            }
+        }
+    }
+
+    let types = writers
+        .iter()
+        .map(|(&t, w)| {
+            let run = measured.get(&t).map(Vec::as_slice).unwrap_or(&[]);
+            let by = |st: Status| run.iter().filter(|s| s.status == st).count();
+            let mut lat: Vec<f64> = run.iter().filter_map(|s| s.latency_ms).collect();
+            lat.sort_by(f64::total_cmp);
+            TypeSummary {
+                layer_type: t,
+                ok: by(Status::Ok),
+                unstable: by(Status::Unstable),
+                failed: by(Status::Failed),
+                rows: w.len(),
+                median_latency_ms: (!lat.is_empty()).then(|| quantile_sorted(&lat, 0.5)),
+            }
+        })
+        .collect();
+    Ok(Summary {
+        device_dir,
+        types,
+        elapsed: started.elapsed(),
+        remaining: queue.iter().map(|g| g.len()).sum(),
+        stopped_by,
+    })
+}
+
+/// Repeatability check: stored samples measured again in this (fresh) process.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Remeasurement {
+    pub device: String,
+    pub timestamp: String,
+    /// (key, layer type, stored latency ms, new latency ms, relative difference |new - old| / old).
+    pub samples: Vec<(String, String, f64, f64, f64)>,
+    pub median_relative_difference: f64,
+    pub p90_relative_difference: f64,
+}
+
+/// Measure `count` random stored `ok` samples of the device again (same protocol, interleaved groups) and compare
+/// the medians. The samples are chosen with `seed`.
+pub fn remeasure(
+    profile: &DeviceProfile,
+    executor: &dyn Executor,
+    data_dir: &Path,
+    count: usize,
+    seed: u64,
+    observer: &mut dyn Observer,
+) -> Result<Remeasurement> {
+    let stored: Vec<Sample> = data::read_device(data_dir, &profile.name)?
+        .into_values()
+        .flatten()
+        .filter(|s| s.status == Status::Ok)
+        .collect();
+    if stored.is_empty() {
+        return Err(Error::Device {
+            device: profile.name.clone(),
+            message: format!("no ok samples in {} to re-measure", data_dir.join(&profile.name).display()),
+        });
+    }
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let chosen: Vec<Sample> = stored.choose_multiple(&mut rng, count).cloned().collect();
+    observer.planned(chosen.len());
+    let mut meter = Meter::new(profile, executor, observer);
+    let mut samples = Vec::new();
+    for group in chosen.chunks(profile.protocol.group_size) {
+        let fresh: Vec<Sample> = group.iter().map(|s| Sample::unmeasured(&s.config)).collect::<Result<_>>()?;
+        for (old, new) in group.iter().zip(meter.measure_group(fresh)) {
+            observer.recorded(&new);
+            if let (Some(a), Some(b)) = (old.latency_ms, new.latency_ms) {
+                samples.push((old.key.clone(), old.layer_type.to_string(), a, b, (b - a).abs() / a));
+            }
+        }
+    }
+    let mut rel: Vec<f64> = samples.iter().map(|s| s.4).collect();
+    rel.sort_by(f64::total_cmp);
+    Ok(Remeasurement {
+        device: profile.name.clone(),
+        timestamp: data::now_rfc3339(),
+        samples,
+        median_relative_difference: quantile_sorted(&rel, 0.5),
+        p90_relative_difference: quantile_sorted(&rel, 0.9),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_parsing_and_slurm() {
+        assert_eq!(Shard::parse("1/4").unwrap(), Shard { index: 1, count: 4 });
+        assert!(Shard::parse("4/4").is_err() && Shard::parse("x").is_err() && Shard::parse("0/0").is_err());
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        assert_eq!(Shard::from_slurm(env(&[])).unwrap(), None);
+        let s = Shard::from_slurm(env(&[("SLURM_ARRAY_TASK_ID", "3"), ("SLURM_ARRAY_TASK_COUNT", "3"), ("SLURM_ARRAY_TASK_MIN", "1")]));
+        assert_eq!(s.unwrap(), Some(Shard { index: 2, count: 3 }));
+        let keys: Vec<String> = (0..200u64).map(|i| format!("{:016x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15))).collect();
+        let shards: Vec<Shard> = (0..3).map(|i| Shard { index: i, count: 3 }).collect();
+        for k in &keys {
+            assert_eq!(shards.iter().filter(|s| s.contains(k)).count(), 1);
+        }
+    }
+}

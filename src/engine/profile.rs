@@ -1,0 +1,282 @@
+//! Whole-network profiling (`perfmodel bench`): the truth that whole-network estimates are validated against.
+//!
+//! The network is exported to ONNX and run as one optimised tract plan, exactly as a user would deploy it.
+//! Total latency is the median over rounds of plain runs (no instrumentation). Per-layer times come from
+//! separate instrumented runs through tract's per-node evaluation hook (`run_plan_with_eval`, as tract's own
+//! profiler does) and are mapped back to layers through the exported node names: tract keeps a node's name,
+//! or extends it with `.suffix`, when it rewrites or fuses it, so a node is attributed to the layer owning the
+//! longest exported name it starts with. Time in nodes that match no layer (the input source, tract-made glue)
+//! is reported as `unattributed_ms`, never hidden.
+
+use super::{TractExecutor, TractWorkload};
+use crate::error::{Error, Result};
+use crate::layer::Op;
+use crate::network::Network;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// Result of [`profile_network`]; serialised as `perfmodel bench --format json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NetworkProfile {
+    pub network: String,
+    pub engine: String,
+    pub threads: usize,
+    pub batch_size: usize,
+    pub rounds: usize,
+    pub warmup: usize,
+    pub total: TotalProfile,
+    /// One entry per network layer, in network order.
+    pub layers: Vec<LayerProfile>,
+    /// Median time of engine nodes that belong to no layer.
+    pub unattributed_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TotalProfile {
+    /// Median latency of one whole-network inference (whole batch).
+    pub latency_ms: f64,
+    pub latency_min_ms: f64,
+    pub latency_max_ms: f64,
+    pub peak_memory_mib: f64,
+    /// How `peak_memory_mib` was obtained.
+    pub memory_source: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LayerProfile {
+    pub name: String,
+    /// Median over rounds of the time of the engine nodes attributed to this layer (0 when tract folded the
+    /// layer away entirely, e.g. dropout).
+    pub latency_ms: f64,
+}
+
+/// Run `network` with tract: `warmup` untimed runs, then `rounds` timed runs and `rounds` instrumented runs.
+pub fn profile_network(network: &Network, threads: usize, rounds: usize, warmup: usize) -> Result<NetworkProfile> {
+    if rounds == 0 {
+        return Err(Error::Invalid("bench needs at least one round".into()));
+    }
+    let executor = TractExecutor::new(threads)?;
+    let mut workload = executor.network_workload(network)?;
+    let attribution = Attribution::new(&workload, network);
+    for _ in 0..warmup {
+        workload.run_outputs()?;
+    }
+    let mut totals = Vec::with_capacity(rounds);
+    let mut per_layer: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); network.layers.len()];
+    let mut unattributed = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let start = Instant::now();
+        workload.run_outputs()?;
+        totals.push(start.elapsed().as_secs_f64() * 1e3);
+
+        let node_ms = workload.run_timed_nodes()?;
+        let mut layer_ms = vec![0.0; network.layers.len()];
+        let mut lost = 0.0;
+        for (node, ms) in node_ms.iter().enumerate() {
+            match attribution.layer_of_node[node] {
+                Some(layer) => layer_ms[layer] += ms,
+                None => lost += ms,
+            }
+        }
+        for (samples, ms) in per_layer.iter_mut().zip(layer_ms) {
+            samples.push(ms);
+        }
+        unattributed.push(lost);
+    }
+    let weight_bytes: u64 = network.analyze()?.costs.iter().map(|c| c.weight_elems * 4).sum();
+    let memory_bytes = weight_bytes + workload.planned_activation_peak_bytes()?;
+    Ok(NetworkProfile {
+        network: network.name.clone(),
+        engine: super::Executor::describe(&executor),
+        threads,
+        batch_size: network.batch_size,
+        rounds,
+        warmup,
+        total: TotalProfile {
+            latency_ms: median(&mut totals),
+            latency_min_ms: totals.iter().copied().fold(f64::INFINITY, f64::min),
+            latency_max_ms: totals.iter().copied().fold(0.0, f64::max),
+            peak_memory_mib: memory_bytes as f64 / (1024.0 * 1024.0),
+            memory_source: "planned: f32 weights + peak of live activation tensors in tract's plan (scratch buffers \
+                            excluded)"
+                .into(),
+        },
+        layers: network
+            .layers
+            .iter()
+            .zip(per_layer.iter_mut())
+            .map(|(l, samples)| LayerProfile { name: l.name.clone(), latency_ms: median(samples) })
+            .collect(),
+        unattributed_ms: median(&mut unattributed),
+    })
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// For every node of the optimised plan, the index of the network layer it belongs to.
+///
+/// tract names a matrix product that absorbed the following bias / batch norm / activation after the last op
+/// it absorbed (`bn.mul.prefused`), so such a node goes to the weighted layer (conv, depthwise, dense) owning
+/// one of its inputs (the packed activations `conv.einsum.pack_a`, or the kernel `conv.prep_kernel.pack`):
+/// the product is that layer's work.
+struct Attribution {
+    layer_of_node: Vec<Option<usize>>,
+}
+
+impl Attribution {
+    fn new(workload: &TractWorkload, network: &Network) -> Attribution {
+        let index: HashMap<&str, usize> =
+            network.layers.iter().enumerate().map(|(i, l)| (l.name.as_str(), i)).collect();
+        let model = workload.state.model();
+        let by_name = |name: &str| {
+            owning_node(&workload.owners, name)
+                .and_then(|exported| workload.owners.get(exported))
+                .and_then(|layer| index.get(layer.as_str()).copied())
+        };
+        let weighted =
+            |layer: usize| matches!(network.layers[layer].op, Op::Conv2d(_) | Op::DepthwiseConv2d(_) | Op::Dense(_));
+        let layer_of_node = model
+            .nodes()
+            .iter()
+            .map(|node| {
+                let own = by_name(&node.name);
+                if own.is_some_and(weighted) || !node.op().name().contains("MatMul") {
+                    return own;
+                }
+                node.inputs.iter().filter_map(|i| by_name(&model.node(i.node).name)).find(|&l| weighted(l)).or(own)
+            })
+            .collect();
+        Attribution { layer_of_node }
+    }
+}
+
+/// The exported node name a tract node descends from: its own name, or the longest `.`-separated prefix of it
+/// that was exported.
+fn owning_node<'a>(owners: &HashMap<String, String>, tract_name: &'a str) -> Option<&'a str> {
+    let mut name = tract_name;
+    loop {
+        if owners.contains_key(name) {
+            return Some(name);
+        }
+        name = &name[..name.rfind('.')?];
+    }
+}
+
+impl TractWorkload {
+    /// Run once through tract's per-node evaluation hook; milliseconds spent in each node (by node id).
+    fn run_timed_nodes(&mut self) -> Result<Vec<f64>> {
+        let mut node_ms = vec![0.0; self.state.model().nodes().len()];
+        self.state
+            .run_plan_with_eval(self.inputs.clone(), |ctx, op_state, node, inputs| {
+                let start = Instant::now();
+                let outputs = tract_onnx::tract_core::plan::eval(ctx, op_state, node, inputs);
+                node_ms[node.id] += start.elapsed().as_secs_f64() * 1e3;
+                outputs
+            })
+            .map_err(|e| Error::Executor(format!("inference failed: {e:#}")))?;
+        Ok(node_ms)
+    }
+
+    /// Largest set of activation tensors alive at once when nodes run in plan order and each tensor is freed
+    /// after its last consumer (tract's own flushing rule). Constants are left out: tract keeps most weights
+    /// packed inside its matmul ops, not as graph constants, so they are counted from the network instead.
+    fn planned_activation_peak_bytes(&self) -> Result<u64> {
+        let plan = self.state.plan();
+        let model = plan.model();
+        let order = plan.order_without_consts();
+        let position: HashMap<usize, usize> = order.iter().enumerate().map(|(step, &n)| (n, step)).collect();
+        // Step after which each computed tensor can be freed (model outputs live to the end).
+        let mut last_use: Vec<usize> = (0..order.len()).collect();
+        for (step, &n) in order.iter().enumerate() {
+            for input in &model.node(n).inputs {
+                if let Some(&producer) = position.get(&input.node) {
+                    last_use[producer] = last_use[producer].max(step);
+                }
+            }
+        }
+        let outputs = model.output_outlets().map_err(|e| Error::Executor(format!("{e:#}")))?;
+        for output in outputs {
+            if let Some(&step) = position.get(&output.node) {
+                last_use[step] = order.len();
+            }
+        }
+        let (mut live, mut peak) = (0u64, 0u64);
+        let mut frees: Vec<u64> = vec![0; order.len() + 1];
+        for (step, &n) in order.iter().enumerate() {
+            let node = model.node(n);
+            let mut size = 0u64;
+            for output in &node.outputs {
+                let bytes = output
+                    .fact
+                    .mem_size()
+                    .to_i64()
+                    .map_err(|e| Error::Executor(format!("node '{}' has a symbolic size: {e}", node.name)))?;
+                size += bytes as u64;
+            }
+            live += size;
+            peak = peak.max(live);
+            frees[last_use[step]] += size;
+            live -= frees[step];
+        }
+        Ok(peak)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::{Activation, Conv2d, Dense, Op, Padding};
+    use crate::network::Layer;
+
+    fn residual() -> Network {
+        let mut conv = Conv2d::new(8, [3, 3]);
+        conv.padding = Padding::Same;
+        conv.activation = Activation::Relu;
+        let mut net = Network::new("residual", vec![8, 12, 12]);
+        net.layers = vec![
+            Layer::new("c1", Op::Conv2d(conv.clone())),
+            Layer::new("c2", Op::Conv2d(conv)),
+            Layer::new("sum", Op::Add).with_inputs(&["input", "c2"]),
+            Layer::new("drop", Op::Dropout { rate: 0.2 }),
+            Layer::new("gap", Op::GlobalAvgPool2d),
+            Layer::new("fc", Op::Dense(Dense { units: 4, use_bias: true, activation: Activation::Softmax })),
+        ];
+        net
+    }
+
+    #[test]
+    fn profile_attributes_time_to_layers_and_plans_memory() {
+        let net = residual();
+        let profile = profile_network(&net, 1, 3, 1).unwrap();
+        assert_eq!(profile.layers.len(), net.layers.len());
+        assert!(profile.total.latency_ms > 0.0);
+        for name in ["c1", "c2", "fc"] {
+            let layer = profile.layers.iter().find(|l| l.name == name).unwrap();
+            assert!(layer.latency_ms > 0.0, "{name} got no time: {profile:?}");
+        }
+        // At least the conv weights and one activation tensor of 8x12x12 floats.
+        let weights = 2 * (8 * 8 * 9 + 8) * 4;
+        assert!(profile.total.peak_memory_mib * 1048576.0 >= (weights + 8 * 144 * 4) as f64, "{profile:?}");
+    }
+
+    #[test]
+    fn owning_node_strips_tract_suffixes() {
+        let owners: HashMap<String, String> = [("conv1", "conv1"), ("conv1/relu", "conv1"), ("conv10", "conv10")]
+            .map(|(a, b)| (a.into(), b.into()))
+            .into();
+        assert_eq!(owning_node(&owners, "conv1"), Some("conv1"));
+        assert_eq!(owning_node(&owners, "conv1.pack.matmul"), Some("conv1"));
+        assert_eq!(owning_node(&owners, "conv1/relu.fused"), Some("conv1/relu"));
+        assert_eq!(owning_node(&owners, "conv10.im2col"), Some("conv10"));
+        assert_eq!(owning_node(&owners, "input"), None);
+    }
+}

@@ -1,0 +1,287 @@
+//! The outlier detector: layers that run far slower than the models say they should.
+//!
+//! A layer measured in the whole network (`perfmodel bench`, or any tool writing the same keys) is compared with
+//! its prediction. A large measured/predicted ratio means the engine runs this configuration badly (an
+//! unfavourable shape for its kernels, a missed fusion) or that the model has never seen anything like it; both
+//! are worth a look. Two tests flag a layer:
+//! - its ratio exceeds the threshold;
+//! - an isolation forest (the one training uses to clean data, [`IsolationForest`]) on the layers' sizes and
+//!   log ratio isolates it (score ≥ [`ISOLATION_SCORE`]) while it runs slower than predicted: an unusual ratio for
+//!   its size, even below the threshold.
+//!
+//! The sizes (log of input, weight and output elements and FLOPs) are the part of the feature vector every layer
+//! type shares, so one forest covers the whole network. Layers that should cost nothing (free, fused) have no
+//! ratio; they are flagged when they take at least [`EXPECTED_FREE_SHARE`] of the measured time. Flagged layers are
+//! ranked by the time tuning could save, measured − predicted.
+
+use crate::error::{Error, Result};
+use crate::estimate::Estimate;
+use crate::layer::LayerType;
+use crate::network::Network;
+use crate::train::isolation::IsolationForest;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Isolation score from which a slower-than-predicted layer counts as isolated (0.5 is typical, 1 is certain).
+pub const ISOLATION_SCORE: f64 = 0.6;
+
+/// Share of the measured network time from which a layer predicted to cost nothing is flagged.
+pub const EXPECTED_FREE_SHARE: f64 = 0.01;
+
+/// Measured time of one layer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredLayer {
+    pub name: String,
+    pub latency_ms: f64,
+}
+
+#[derive(Deserialize)]
+struct MeasuredFile {
+    layers: Vec<MeasuredLayer>,
+}
+
+/// Read per-layer measurements: a JSON object with `layers` [{`name`, `latency_ms`}] (other keys are ignored, so
+/// `perfmodel bench --format json` output works as it is).
+pub fn read_measured(path: &Path) -> Result<Vec<MeasuredLayer>> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let file: MeasuredFile = serde_json::from_str(&text).map_err(|e| {
+        Error::Invalid(format!(
+            "{}: expected a JSON object with \"layers\": [{{\"name\", \"latency_ms\"}}] (as written by `perfmodel bench --format json`): {e}",
+            path.display()
+        ))
+    })?;
+    for (i, l) in file.layers.iter().enumerate() {
+        if !(l.latency_ms.is_finite() && l.latency_ms >= 0.0) {
+            return Err(Error::Invalid(format!(
+                "{}: layers[{i}] ('{}'), field 'latency_ms': expected a non-negative number, got {}",
+                path.display(),
+                l.name,
+                l.latency_ms
+            )));
+        }
+    }
+    Ok(file.layers)
+}
+
+/// One layer, measured against predicted.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    pub name: String,
+    #[serde(rename = "type", serialize_with = "super::layer_type_name")]
+    pub layer_type: LayerType,
+    pub measured_ms: f64,
+    pub predicted_ms: f64,
+    /// measured / predicted; null when the layer is predicted to cost nothing.
+    pub ratio: Option<f64>,
+    pub isolation_score: Option<f64>,
+    /// measured − predicted: what tuning could save at best.
+    pub saving_ms: f64,
+    /// Why it is flagged: `ratio`, `isolation`, `expected_free`; empty when it is not.
+    pub flagged_by: Vec<&'static str>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OutlierReport {
+    pub network: String,
+    pub device: String,
+    pub threshold: f64,
+    pub measured_total_ms: f64,
+    pub predicted_total_ms: f64,
+    /// Flagged layers, largest saving first.
+    pub outliers: Vec<Comparison>,
+    /// Every compared layer, in network order.
+    pub layers: Vec<Comparison>,
+    pub notes: Vec<String>,
+}
+
+/// Compare `measured` (matched by layer name) with `estimate` of `net` and flag outliers.
+pub fn find_outliers(
+    net: &Network,
+    estimate: &Estimate,
+    measured: &[MeasuredLayer],
+    threshold: f64,
+) -> Result<OutlierReport> {
+    if !(threshold.is_finite() && threshold > 0.0) {
+        return Err(Error::Invalid(format!("the threshold must be a positive number, got {threshold}")));
+    }
+    let analysis = net.analyze()?;
+    let index: HashMap<&str, usize> = net.layers.iter().enumerate().map(|(i, l)| (l.name.as_str(), i)).collect();
+    let mut measured_of: Vec<Option<f64>> = vec![None; net.layers.len()];
+    for m in measured {
+        let i = *index.get(m.name.as_str()).ok_or_else(|| {
+            Error::Invalid(format!("measured layer '{}' is not a layer of network '{}'", m.name, net.name))
+        })?;
+        measured_of[i] = Some(m.latency_ms);
+    }
+    let measured_total_ms: f64 = measured.iter().map(|m| m.latency_ms).sum();
+    let mut notes = Vec::new();
+    let mut layers = Vec::new();
+    let mut sizes = Vec::new();
+    let (mut unmeasured, mut unpredicted) = (Vec::new(), Vec::new());
+    for (i, (layer, est)) in net.layers.iter().zip(&estimate.layers).enumerate() {
+        let Some(measured_ms) = measured_of[i] else {
+            unmeasured.push(layer.name.as_str());
+            continue;
+        };
+        let Some(predicted_ms) = est.latency_ms else {
+            unpredicted.push(layer.name.as_str());
+            continue;
+        };
+        let ratio = (predicted_ms > 0.0).then(|| measured_ms / predicted_ms);
+        if let Some(r) = ratio {
+            let c = analysis.costs[i];
+            let log = |x: u64| (1.0 + x as f64).ln();
+            sizes.push((
+                layers.len(),
+                vec![log(c.input_elems), log(c.weight_elems), log(c.output_elems), log(c.flops), r.max(1e-9).ln()],
+            ));
+        }
+        layers.push(Comparison {
+            name: layer.name.clone(),
+            layer_type: est.layer_type,
+            measured_ms,
+            predicted_ms,
+            ratio,
+            isolation_score: None,
+            saving_ms: measured_ms - predicted_ms,
+            flagged_by: Vec::new(),
+        });
+    }
+    let rows: Vec<Vec<f64>> = sizes.iter().map(|(_, r)| r.clone()).collect();
+    let scores = IsolationForest::default().scores(&rows);
+    for ((at, _), score) in sizes.iter().zip(scores) {
+        layers[*at].isolation_score = Some(score);
+    }
+    for c in &mut layers {
+        match c.ratio {
+            Some(r) => {
+                if r > threshold {
+                    c.flagged_by.push("ratio");
+                }
+                if r > 1.0 && c.isolation_score.is_some_and(|s| s >= ISOLATION_SCORE) {
+                    c.flagged_by.push("isolation");
+                }
+            }
+            None if c.measured_ms >= EXPECTED_FREE_SHARE * measured_total_ms && c.measured_ms > 0.0 => {
+                c.flagged_by.push("expected_free")
+            }
+            None => {}
+        }
+    }
+    let mut outliers: Vec<Comparison> = layers.iter().filter(|c| !c.flagged_by.is_empty()).cloned().collect();
+    outliers.sort_by(|a, b| b.saving_ms.total_cmp(&a.saving_ms));
+    if !unmeasured.is_empty() {
+        notes.push(format!("no measurement for {} layer(s): {}", unmeasured.len(), unmeasured.join(", ")));
+    }
+    if !unpredicted.is_empty() {
+        notes.push(format!("no prediction (uncovered) for {} layer(s): {}", unpredicted.len(), unpredicted.join(", ")));
+    }
+    Ok(OutlierReport {
+        network: net.name.clone(),
+        device: estimate.device.clone(),
+        threshold,
+        measured_total_ms,
+        predicted_total_ms: estimate.total.latency_ms,
+        outliers,
+        layers,
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::estimate::baseline::Roofline;
+    use crate::estimate::{Estimator, Method};
+
+    /// Twelve 1x1 convolutions of growing width, then a flatten.
+    fn chain() -> Network {
+        let mut layers = String::new();
+        for i in 0..12 {
+            layers.push_str(&format!(
+                r#"{{"name": "c{i}", "type": "conv2d", "filters": {}, "kernel": [1, 1]}},"#,
+                8 + 4 * i
+            ));
+        }
+        let text = format!(
+            r#"{{"name": "chain", "input_shape": [8, 16, 16], "layers": [{layers} {{"name": "f", "type": "flatten"}}]}}"#
+        );
+        Network::from_json_str(&text, "chain.json").unwrap()
+    }
+
+    fn predicted() -> (Network, Estimate) {
+        let net = chain();
+        let e = Estimator::new("dev", Method::Paleo(Roofline { peak_gflops: 1.0, memory_bandwidth_gbs: 1.0 }));
+        let estimate = e.estimate(&net).unwrap();
+        (net, estimate)
+    }
+
+    fn measured(estimate: &Estimate, scale: impl Fn(&str) -> f64) -> Vec<MeasuredLayer> {
+        estimate
+            .layers
+            .iter()
+            .map(|l| MeasuredLayer { name: l.name.clone(), latency_ms: l.latency_ms.unwrap() * scale(&l.name) })
+            .collect()
+    }
+
+    #[test]
+    fn ratio_above_threshold_is_flagged_and_ranked_by_saving() {
+        let (net, estimate) = predicted();
+        // Everything runs 1.2x slower than predicted; c3 5x, c9 3x (c9 is wider, so it could save more).
+        let m = measured(&estimate, |n| match n {
+            "c3" => 5.0,
+            "c9" => 3.0,
+            _ => 1.2,
+        });
+        let report = find_outliers(&net, &estimate, &m, 2.0).unwrap();
+        let names: Vec<&str> = report.outliers.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names.len(), 2, "{:?}", report.outliers);
+        let saving = |n: &str| report.layers.iter().find(|c| c.name == n).unwrap().saving_ms;
+        assert_eq!(names[0], if saving("c9") > saving("c3") { "c9" } else { "c3" });
+        assert!(report.outliers.iter().all(|c| c.flagged_by.contains(&"ratio")));
+        assert!((report.outliers.iter().find(|c| c.name == "c3").unwrap().ratio.unwrap() - 5.0).abs() < 1e-9);
+        // The flatten is predicted free and measured at 0: compared, no ratio, not flagged.
+        let f = report.layers.iter().find(|c| c.name == "f").unwrap();
+        assert_eq!(f.ratio, None);
+        assert!(f.flagged_by.is_empty());
+    }
+
+    #[test]
+    fn isolation_forest_flags_an_unusual_ratio_below_the_threshold() {
+        let (net, estimate) = predicted();
+        let m = measured(&estimate, |n| if n == "c6" { 1.9 } else { 1.0 });
+        let report = find_outliers(&net, &estimate, &m, 2.0).unwrap();
+        let c6 = report.layers.iter().find(|c| c.name == "c6").unwrap();
+        assert!(c6.isolation_score.unwrap() > report.layers[0].isolation_score.unwrap());
+        assert_eq!(report.outliers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), vec!["c6"]);
+        assert_eq!(report.outliers[0].flagged_by, vec!["isolation"]);
+    }
+
+    #[test]
+    fn time_in_a_layer_predicted_free_is_flagged() {
+        let (net, estimate) = predicted();
+        let mut m = measured(&estimate, |_| 1.0);
+        let total: f64 = m.iter().map(|l| l.latency_ms).sum();
+        m.last_mut().unwrap().latency_ms = 0.2 * total;
+        let report = find_outliers(&net, &estimate, &m, 2.0).unwrap();
+        assert_eq!(report.outliers[0].name, "f");
+        assert_eq!(report.outliers[0].flagged_by, vec!["expected_free"]);
+    }
+
+    #[test]
+    fn unknown_layer_names_and_bad_files_are_errors() {
+        let (net, estimate) = predicted();
+        let m = vec![MeasuredLayer { name: "nope".into(), latency_ms: 1.0 }];
+        let err = find_outliers(&net, &estimate, &m, 2.0).unwrap_err().to_string();
+        assert!(err.contains("'nope'") && err.contains("chain"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.json");
+        std::fs::write(&path, r#"{"layers": [{"name": "c0"}]}"#).unwrap();
+        let err = read_measured(&path).unwrap_err().to_string();
+        assert!(err.contains("m.json") && err.contains("latency_ms"), "{err}");
+        std::fs::write(&path, r#"{"layers": [{"name": "c0", "latency_ms": -1}]}"#).unwrap();
+        let err = read_measured(&path).unwrap_err().to_string();
+        assert!(err.contains("layers[0]") && err.contains("'c0'"), "{err}");
+    }
+}

@@ -1,0 +1,894 @@
+//! Read an ONNX model into a perfmodel [`Network`].
+//!
+//! tract-onnx parses the protobuf and infers every tensor's shape (and the value of every tensor computable from
+//! constants, so `Shape → Gather → Concat → Reshape` chains and `Constant` nodes fold away); this module maps
+//! the remaining nodes onto perfmodel layers in graph order. Every mapped layer's output shape is then checked
+//! against tract's inference, so a mapping mistake is an error, not a silently wrong estimate.
+//!
+//! Choices:
+//! - An activation (Relu, Clip(0, 6), Sigmoid, Tanh, HardSwish, Softmax, LeakyRelu, Elu, HardSigmoid, and the
+//!   gate patterns `x * Sigmoid(x)` = swish, `x * HardSigmoid(x)` = hard swish) that is the only consumer of a
+//!   conv, depthwise or dense output is fused into that layer's `activation`, as Keras describes layers and as
+//!   the collector measures them; elsewhere it is an `activation` layer. `MatMul` followed by a constant `Add`
+//!   is one dense layer with a bias.
+//! - Reshape-like nodes (Flatten, Reshape, Squeeze, Unsqueeze, Identity) whose output already has the shape
+//!   perfmodel gives their input (e.g. the Flatten ONNX needs after global pooling, where perfmodel's global
+//!   pooling already yields `[C]`) are dropped; a global pooling whose output feeds anything else is followed
+//!   by a `<name>/keepdims` reshape to `[C, 1, 1]`.
+//! - A node perfmodel cannot map is never dropped: the import fails listing every such node by name and op
+//!   type, or, when unsupported ops are allowed, keeps it as an `unsupported` layer with tract's output shape.
+//! - A symbolic batch dimension is fixed to 1; any other symbolic input dimension is an error.
+
+use crate::error::{Error, Result};
+use crate::layer::{Activation, Conv2d, Dense, DepthwiseConv2d, Op, Padding, Pool2d, Shape};
+use crate::network::{Layer, Network, INPUT};
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use tract_onnx::pb::{tensor_shape_proto::dimension, type_proto, ModelProto, NodeProto};
+use tract_onnx::prelude::tract_data::internal::bail;
+use tract_onnx::prelude::*;
+use tract_onnx::tract_hir::infer::Factoid;
+
+/// Import an ONNX file as a network (see the module docs for what is mapped and how).
+pub fn import_onnx(path: &Path, allow_unsupported: bool) -> Result<Network> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let file = path.display().to_string();
+    let proto = tract_onnx::onnx()
+        .proto_model_for_read(&mut &bytes[..])
+        .map_err(|e| Error::Onnx { file: file.clone(), message: format!("not a readable ONNX model: {e:#}") })?;
+    let default_name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("network");
+    import_proto(&proto, &file, default_name, allow_unsupported)
+}
+
+/// Import an in-memory ONNX model; `file` names it in errors.
+pub fn import_proto(proto: &ModelProto, file: &str, default_name: &str, allow_unsupported: bool) -> Result<Network> {
+    Importer::new(proto, file)?.run(default_name, allow_unsupported)
+}
+
+/// How one ONNX node becomes part of the network.
+enum Mapping {
+    /// A new layer consuming the node's non-constant inputs.
+    Layer(Op),
+    /// The node's output is the same tensor as this (non-constant) input.
+    Alias(String),
+    /// Fuse an activation into the layer producing this tensor.
+    FuseActivation(String, Activation),
+    /// Give the dense layer producing this tensor its bias.
+    FuseBias(String),
+    /// Global pooling: a layer, plus a `[C, 1, 1]` reshape when a consumer needs the spatial dims.
+    GlobalPool(Op),
+}
+
+struct Importer<'a> {
+    file: &'a str,
+    graph: &'a tract_onnx::pb::GraphProto,
+    opset: i64,
+    model: InferenceModel,
+    outlets: HashMap<String, OutletId>,
+    input_name: String,
+    batch: usize,
+    input_shape: Shape,
+    /// How many node inputs (plus graph outputs) read each tensor.
+    consumers: HashMap<&'a str, usize>,
+    /// Node index of each tensor's producer.
+    producer: HashMap<&'a str, usize>,
+    /// Why tract's shape inference stopped early, if it did.
+    analysis_error: Option<String>,
+}
+
+impl<'a> Importer<'a> {
+    fn new(proto: &'a ModelProto, file: &'a str) -> Result<Importer<'a>> {
+        let err = |message: String| Error::Onnx { file: file.to_string(), message };
+        let graph = proto.graph.as_ref().ok_or_else(|| err("the model has no graph".into()))?;
+        let opset =
+            proto.opset_import.iter().find(|o| o.domain.is_empty() || o.domain == "ai.onnx").map_or(1, |o| o.version);
+        let initializers: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
+        let inputs: Vec<_> = graph.input.iter().filter(|i| !initializers.contains(i.name.as_str())).collect();
+        let input = match inputs.as_slice() {
+            [one] => *one,
+            _ => {
+                let names: Vec<&str> = inputs.iter().map(|i| i.name.as_str()).collect();
+                return Err(err(format!(
+                    "perfmodel networks have exactly one input, this graph has {}: {}",
+                    inputs.len(),
+                    names.join(", ")
+                )));
+            }
+        };
+        let dims =
+            declared_dims(input).ok_or_else(|| err(format!("input '{}' declares no tensor shape", input.name)))?;
+        let mut full_shape = Vec::with_capacity(dims.len());
+        for (k, d) in dims.iter().enumerate() {
+            match d {
+                Ok(v) if *v > 0 => full_shape.push(*v as usize),
+                _ if k == 0 => full_shape.push(1),
+                Ok(v) => return Err(err(format!("input '{}' dimension {k} is {v}", input.name))),
+                Err(param) => {
+                    return Err(err(format!(
+                        "input '{}' dimension {k} is symbolic ('{param}'): perfmodel needs a fixed input shape \
+                         (only the batch may be symbolic)",
+                        input.name
+                    )))
+                }
+            }
+        }
+        if full_shape.len() < 2 {
+            return Err(err(format!("input '{}' has shape {full_shape:?}: expected [batch, ...]", input.name)));
+        }
+        let parsed =
+            tract_onnx::onnx().parse(proto, None).map_err(|e| err(format!("tract cannot parse the graph: {e:#}")))?;
+        let mut model = parsed.model;
+        let outlets = parsed.outlets_by_name;
+        let input_outlet = outlets[&input.name];
+        let fact =
+            model.outlet_fact(input_outlet).map_err(|e| err(format!("{e:#}")))?.clone().with_shape(full_shape.clone());
+        model.set_outlet_fact(input_outlet, fact).map_err(|e| err(format!("{e:#}")))?;
+        let analysis_error = model.analyse(true).err().map(|e| format!("{e:#}"));
+
+        let mut consumers: HashMap<&str, usize> = HashMap::new();
+        let mut producer = HashMap::new();
+        for (i, node) in graph.node.iter().enumerate() {
+            for input in node.input.iter().filter(|s| !s.is_empty()) {
+                *consumers.entry(input.as_str()).or_default() += 1;
+            }
+            for output in node.output.iter().filter(|s| !s.is_empty()) {
+                producer.insert(output.as_str(), i);
+            }
+        }
+        for output in &graph.output {
+            *consumers.entry(output.name.as_str()).or_default() += 1;
+        }
+        Ok(Importer {
+            file,
+            graph,
+            opset,
+            model,
+            outlets,
+            input_name: input.name.clone(),
+            batch: full_shape[0],
+            input_shape: full_shape[1..].to_vec(),
+            consumers,
+            producer,
+            analysis_error,
+        })
+    }
+
+    fn error(&self, message: String) -> Error {
+        Error::Onnx { file: self.file.to_string(), message }
+    }
+
+    fn fact(&self, tensor: &str) -> Option<&InferenceFact> {
+        self.outlets.get(tensor).and_then(|o| self.model.outlet_fact(*o).ok())
+    }
+
+    /// The value of a tensor computable from constants alone.
+    fn value(&self, tensor: &str) -> Option<Arc<Tensor>> {
+        self.fact(tensor).and_then(|f| f.value.concretize())
+    }
+
+    /// Full shape (batch first) as tract inferred it.
+    fn shape(&self, tensor: &str) -> Option<Vec<usize>> {
+        self.fact(tensor).and_then(|f| f.shape.as_concrete_finite().ok().flatten()).map(|s| s.to_vec())
+    }
+
+    fn consumers(&self, tensor: &str) -> usize {
+        self.consumers.get(tensor).copied().unwrap_or(0)
+    }
+
+    fn run(self, default_name: &str, allow_unsupported: bool) -> Result<Network> {
+        let gates = self.gate_patterns();
+        let mut built = Built::new(&self.input_name);
+        let mut unmapped: Vec<String> = Vec::new();
+
+        for (index, node) in self.graph.node.iter().enumerate() {
+            let outputs: Vec<&String> = node.output.iter().filter(|s| !s.is_empty()).collect();
+            if outputs.iter().all(|o| self.value(o).is_some()) || gates.absorbed.contains(&index) {
+                continue;
+            }
+            let label = if node.name.is_empty() { outputs.first().map_or("", |s| s.as_str()) } else { &node.name };
+            let base_name = if label.is_empty() { format!("{}_{index}", node.op_type) } else { label.to_string() };
+            let gate = gates.gated.get(&index);
+            let dynamic: Vec<&String> = match gate {
+                Some((x, _)) => vec![x],
+                None => node.input.iter().filter(|s| !s.is_empty() && self.value(s).is_none()).collect(),
+            };
+            let mut sources = Vec::with_capacity(dynamic.len());
+            for t in &dynamic {
+                match built.source.get(t.as_str()) {
+                    Some(s) => sources.push(s.clone()),
+                    None => {
+                        return Err(self.error(format!(
+                            "node '{base_name}' ({}) reads '{t}', which no node produces",
+                            node.op_type
+                        )))
+                    }
+                }
+            }
+            let mapping = match gate {
+                Some((x, activation)) => Ok(self.activation_mapping(x, *activation, 2, &built)),
+                None => self.map_node(node, &dynamic, &built),
+            };
+            match mapping {
+                Ok(Mapping::Layer(op)) => {
+                    built.add(base_name, op, sources, outputs[0]);
+                }
+                Ok(Mapping::GlobalPool(op)) => {
+                    let name = built.add(base_name, op, sources, outputs[0]);
+                    if self.needs_spatial_dims(outputs[0]) {
+                        let channels = self.shape(outputs[0]).map_or(0, |s| s[1]) as i64;
+                        let keep = Op::Reshape { target_shape: vec![channels, 1, 1] };
+                        built.add(format!("{name}/keepdims"), keep, vec![name], outputs[0]);
+                    }
+                }
+                Ok(Mapping::Alias(input)) => {
+                    let s = built.source[input.as_str()].clone();
+                    built.source.insert(outputs[0].clone(), s);
+                }
+                Ok(Mapping::FuseActivation(input, activation)) => {
+                    let i = built.layer_of(&input).expect("fusion targets a layer");
+                    match &mut built.layers[i].op {
+                        Op::Conv2d(c) => c.activation = activation,
+                        Op::DepthwiseConv2d(c) => c.activation = activation,
+                        Op::Dense(d) => d.activation = activation,
+                        _ => unreachable!("activation_mapping only fuses into conv, depthwise and dense layers"),
+                    }
+                    built.retarget(i, outputs[0]);
+                }
+                Ok(Mapping::FuseBias(input)) => {
+                    let i = built.layer_of(&input).expect("fusion targets a layer");
+                    if let Op::Dense(d) = &mut built.layers[i].op {
+                        d.use_bias = true;
+                    }
+                    built.retarget(i, outputs[0]);
+                }
+                Err(reason) => {
+                    unmapped.push(format!("'{base_name}' ({}): {reason}", node.op_type));
+                    if sources.is_empty() {
+                        return Err(self.error(format!(
+                            "node '{base_name}' ({}) takes no input from the network and cannot be folded to a \
+                             constant",
+                            node.op_type
+                        )));
+                    }
+                    for (k, out) in outputs.iter().enumerate() {
+                        let shape = self.shape(out).ok_or_else(|| {
+                            self.error(format!(
+                                "cannot infer the output shape of node '{base_name}' ({}){}",
+                                node.op_type,
+                                self.analysis_error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
+                            ))
+                        })?;
+                        let op = Op::Unsupported { op_type: node.op_type.clone(), output_shape: shape[1..].to_vec() };
+                        let name = if k == 0 { base_name.clone() } else { format!("{base_name}/out{k}") };
+                        built.add(name, op, sources.clone(), out);
+                    }
+                }
+            }
+        }
+        if !unmapped.is_empty() && !allow_unsupported {
+            return Err(self.error(format!(
+                "{} node(s) perfmodel cannot map: {}; rerun with --allow-unsupported to keep them as \
+                 'unsupported' layers (reported as uncovered by estimates)",
+                unmapped.len(),
+                unmapped.join("; ")
+            )));
+        }
+        if built.layers.is_empty() {
+            return Err(self.error("the graph has no operation on its input".into()));
+        }
+        let name = if self.graph.name.is_empty() { default_name.to_string() } else { self.graph.name.clone() };
+        let Built { layers, expected, .. } = built;
+        let network = Network { name, batch_size: self.batch, input_shape: self.input_shape.clone(), layers };
+        let analysis = network.analyze().map_err(|e| self.error(format!("imported network is invalid: {e}")))?;
+        for (i, tensor) in expected.iter().enumerate() {
+            let ours = &analysis.output_shapes[i];
+            if let Some(mut theirs) = self.shape(tensor) {
+                if matches!(network.layers[i].op, Op::GlobalAvgPool2d | Op::GlobalMaxPool2d) {
+                    theirs.truncate(2); // ONNX keeps the pooled 1x1 spatial dims, perfmodel does not
+                }
+                if &theirs[1..] != ours.as_slice() {
+                    return Err(self.error(format!(
+                        "layer '{}' ({}): perfmodel infers output shape {ours:?} but tract infers {:?} for '{tensor}'",
+                        network.layers[i].name,
+                        network.layers[i].op.layer_type(),
+                        &theirs[1..]
+                    )));
+                }
+            }
+        }
+        Ok(network)
+    }
+
+    /// Whether any consumer of a global pooling output needs it as `[C, 1, 1]` rather than `[C]`.
+    fn needs_spatial_dims(&self, tensor: &str) -> bool {
+        self.graph.node.iter().filter(|n| n.input.iter().any(|i| i == tensor)).any(|n| {
+            !matches!(n.op_type.as_str(), "Flatten" | "Reshape" | "Squeeze")
+                || n.output.first().and_then(|o| self.shape(o)).is_some_and(|s| s.len() != 2)
+        })
+    }
+
+    /// `x * Sigmoid(x)` and `x * HardSigmoid(x)` (alpha 1/6): the gate node is absorbed, the Mul becomes the
+    /// activation.
+    fn gate_patterns(&self) -> Gates {
+        let mut gates = Gates::default();
+        for (index, node) in self.graph.node.iter().enumerate() {
+            if node.op_type != "Mul" || node.input.len() != 2 {
+                continue;
+            }
+            for (x, g) in [(0, 1), (1, 0)] {
+                let (x, g) = (&node.input[x], &node.input[g]);
+                let Some(&gate) = self.producer.get(g.as_str()) else { continue };
+                let gate_node = &self.graph.node[gate];
+                let activation = match gate_node.op_type.as_str() {
+                    "Sigmoid" => Activation::Swish,
+                    "HardSigmoid" if hard_sigmoid_is_hard_swish_gate(gate_node) => Activation::HardSwish,
+                    _ => continue,
+                };
+                if gate_node.input.first() == Some(x) && self.consumers(g) == 1 && self.value(x).is_none() {
+                    gates.absorbed.insert(gate);
+                    gates.gated.insert(index, (x.clone(), activation));
+                    break;
+                }
+            }
+        }
+        gates
+    }
+
+    /// Fuse `activation` into the layer producing `x` when that is a conv, depthwise or dense layer without one,
+    /// `x` is its output and nothing but the activation's `readers` nodes reads `x`; else an activation layer.
+    fn activation_mapping(&self, x: &str, activation: Activation, readers: usize, built: &Built) -> Mapping {
+        let fusable = built.layer_of(x).is_some_and(|i| {
+            let linear = matches!(
+                &built.layers[i].op,
+                Op::Conv2d(Conv2d { activation: Activation::Linear, .. })
+                    | Op::DepthwiseConv2d(DepthwiseConv2d { activation: Activation::Linear, .. })
+                    | Op::Dense(Dense { activation: Activation::Linear, .. })
+            );
+            linear && built.expected[i] == x && self.consumers(x) == readers
+        });
+        if fusable {
+            Mapping::FuseActivation(x.to_string(), activation)
+        } else {
+            Mapping::Layer(Op::Activation(activation))
+        }
+    }
+
+    /// The shape perfmodel gives tensor `x` (batch excluded): tract's, except that global pooling yields `[C]`.
+    fn our_shape(&self, x: &str, built: &Built) -> Option<Vec<usize>> {
+        let tract = self.shape(x)?;
+        match built.layer_of(x).map(|i| &built.layers[i].op) {
+            Some(Op::GlobalAvgPool2d | Op::GlobalMaxPool2d) => Some(vec![tract[1]]),
+            _ => Some(tract[1..].to_vec()),
+        }
+    }
+
+    fn is_bias_free_dense(&self, x: &str, built: &Built) -> bool {
+        built.layer_of(x).is_some_and(|i| {
+            matches!(built.layers[i].op, Op::Dense(Dense { use_bias: false, .. }))
+                && built.expected[i] == x
+                && self.consumers(x) == 1
+        })
+    }
+
+    fn map_node(&self, node: &NodeProto, dynamic: &[&String], built: &Built) -> std::result::Result<Mapping, String> {
+        let x = dynamic.first().map(|s| s.as_str()).ok_or("no input from the network")?;
+        let in_shape = self.shape(x).ok_or("tract could not infer its input shape")?;
+        let out_shape =
+            node.output.first().and_then(|o| self.shape(o)).ok_or("tract could not infer its output shape")?;
+        let single = || if dynamic.len() == 1 { Ok(()) } else { Err("expected exactly one non-constant input") };
+        let attr_err = |e: TractError| format!("{e:#}");
+        let act = |a: Activation| Ok(self.activation_mapping(x, a, 1, built));
+        match node.op_type.as_str() {
+            "Conv" => {
+                single()?;
+                if in_shape.len() != 4 {
+                    return Err(format!("only 2-D convolutions are supported (input {in_shape:?})"));
+                }
+                let weight = node.input.get(1).and_then(|w| self.value(w)).ok_or("the weights are not constant")?;
+                let filters = weight.shape()[0];
+                let kernel = [weight.shape()[2], weight.shape()[3]];
+                let strides = pair_attr(node, "strides").map_err(attr_err)?;
+                let dilation = pair_attr(node, "dilations").map_err(attr_err)?;
+                let groups = node.get_attr_opt::<i64>("group").map_err(attr_err)?.unwrap_or(1) as usize;
+                let padding = self.padding(node, &in_shape, kernel, strides, dilation)?;
+                let use_bias = node.input.get(2).is_some_and(|b| !b.is_empty());
+                let channels = in_shape[1];
+                if groups == channels && groups > 1 && filters % channels == 0 {
+                    let mut c = DepthwiseConv2d::new(kernel);
+                    c.depth_multiplier = filters / channels;
+                    (c.strides, c.dilation, c.padding, c.use_bias) = (strides, dilation, padding, use_bias);
+                    Ok(Mapping::Layer(Op::DepthwiseConv2d(c)))
+                } else {
+                    let mut c = Conv2d::new(filters, kernel);
+                    (c.strides, c.dilation, c.groups, c.padding, c.use_bias) =
+                        (strides, dilation, groups, padding, use_bias);
+                    Ok(Mapping::Layer(Op::Conv2d(c)))
+                }
+            }
+            "Gemm" | "MatMul" => {
+                single()?;
+                if in_shape.len() != 2 {
+                    return Err(format!("only [batch, features] inputs are supported (input {in_shape:?})"));
+                }
+                let gemm = node.op_type == "Gemm";
+                if gemm && node.get_attr_opt::<i64>("transA").map_err(attr_err)?.unwrap_or(0) != 0 {
+                    return Err("transA = 1 is not supported".into());
+                }
+                if node.input.first().map(|s| s.as_str()) != Some(x) {
+                    return Err("the non-constant operand must be the first".into());
+                }
+                let units = out_shape[1];
+                let use_bias = gemm && node.input.get(2).is_some_and(|b| !b.is_empty());
+                Ok(Mapping::Layer(Op::Dense(Dense { units, use_bias, activation: Activation::Linear })))
+            }
+            "MaxPool" | "AveragePool" => {
+                single()?;
+                if in_shape.len() != 4 {
+                    return Err(format!("only 2-D pooling is supported (input {in_shape:?})"));
+                }
+                let kernel = pair_attr(node, "kernel_shape").map_err(attr_err)?;
+                if pair_attr(node, "dilations").map_err(attr_err)? != [1, 1] {
+                    return Err("dilated pooling is not supported".into());
+                }
+                let strides = pair_attr(node, "strides").map_err(attr_err)?;
+                let mut padding = self.padding(node, &in_shape, kernel, strides, [1, 1])?;
+                if node.get_attr_opt::<i64>("ceil_mode").map_err(attr_err)?.unwrap_or(0) != 0 {
+                    padding = ceil_mode_padding(padding, &in_shape, kernel, strides);
+                }
+                let pool = Pool2d { pool_size: kernel, strides, padding };
+                Ok(Mapping::Layer(if node.op_type == "MaxPool" { Op::MaxPool2d(pool) } else { Op::AvgPool2d(pool) }))
+            }
+            "GlobalAveragePool" | "GlobalMaxPool" if in_shape.len() == 4 => {
+                single()?;
+                Ok(Mapping::GlobalPool(if node.op_type == "GlobalMaxPool" {
+                    Op::GlobalMaxPool2d
+                } else {
+                    Op::GlobalAvgPool2d
+                }))
+            }
+            "Add" | "Sum" | "Mul" => {
+                let all_dynamic = dynamic.len() == node.input.iter().filter(|s| !s.is_empty()).count();
+                if all_dynamic && dynamic.len() >= 2 {
+                    return Ok(Mapping::Layer(if node.op_type == "Mul" { Op::Multiply } else { Op::Add }));
+                }
+                if node.op_type == "Add" && dynamic.len() == 1 && self.is_bias_free_dense(x, built) {
+                    let units = in_shape[1];
+                    let bias = node.input.iter().find(|s| s.as_str() != x).and_then(|b| self.value(b));
+                    if bias.is_some_and(|b| b.len() == units) && out_shape == in_shape {
+                        return Ok(Mapping::FuseBias(x.to_string()));
+                    }
+                }
+                Err("an element-wise operation with a constant operand has no perfmodel layer".into())
+            }
+            "Concat" => {
+                if dynamic.len() != node.input.len() || dynamic.len() < 2 {
+                    return Err("concatenating constants is not supported".into());
+                }
+                let axis = node.get_attr::<i64>("axis").map_err(attr_err)?;
+                let axis = if axis < 0 { axis + in_shape.len() as i64 } else { axis };
+                if axis <= 0 {
+                    return Err("concatenation along the batch axis is not supported".into());
+                }
+                Ok(Mapping::Layer(Op::Concat { axis: axis - 1 }))
+            }
+            "Relu" => act(Activation::Relu),
+            "Sigmoid" => act(Activation::Sigmoid),
+            "Tanh" => act(Activation::Tanh),
+            "HardSwish" => act(Activation::HardSwish),
+            "Elu" => act(Activation::Elu),
+            "LeakyRelu" => act(Activation::LeakyRelu),
+            "HardSigmoid" => act(Activation::HardSigmoid),
+            "Gelu" => act(Activation::Gelu),
+            "Clip" => {
+                let (lo, hi) = self.clip_bounds(node).map_err(attr_err)?;
+                match (lo, hi) {
+                    (Some(lo), Some(hi)) if lo == 0.0 && hi == 6.0 => act(Activation::Relu6),
+                    (Some(lo), None) if lo == 0.0 => act(Activation::Relu),
+                    _ => Err(format!("only Clip(0, 6) (relu6) and Clip(0) (relu) are supported, got {lo:?}..{hi:?}")),
+                }
+            }
+            "Softmax" => {
+                let default = if self.opset < 13 { 1 } else { -1 };
+                let axis = node.get_attr_opt::<i64>("axis").map_err(attr_err)?.unwrap_or(default);
+                let axis = if axis < 0 { axis + in_shape.len() as i64 } else { axis };
+                if axis != 1 {
+                    return Err(format!("only softmax over the channel axis (1) is supported, got axis {axis}"));
+                }
+                act(Activation::Softmax)
+            }
+            "BatchNormalization" => {
+                single()?;
+                Ok(Mapping::Layer(Op::BatchNorm))
+            }
+            "Dropout" => {
+                single()?;
+                let rate = match node.input.get(1).filter(|s| !s.is_empty()).and_then(|r| self.value(r)) {
+                    Some(t) => scalar_f32(&t).map_err(attr_err)?,
+                    None => node.get_attr_opt::<f32>("ratio").map_err(attr_err)?.unwrap_or(0.5),
+                };
+                Ok(Mapping::Layer(Op::Dropout { rate: f64::from(rate).clamp(0.0, 0.999) }))
+            }
+            "Identity" => Ok(Mapping::Alias(x.to_string())),
+            "Flatten" | "Reshape" | "Squeeze" | "Unsqueeze" => {
+                single()?;
+                if out_shape.first() != in_shape.first() {
+                    return Err(format!("reshaping {in_shape:?} to {out_shape:?} changes the batch dimension"));
+                }
+                let ours = self.our_shape(x, built);
+                if ours.as_deref() == Some(&out_shape[1..]) {
+                    return Ok(Mapping::Alias(x.to_string()));
+                }
+                let flatten = node.op_type == "Flatten" && out_shape.len() == 2;
+                Ok(Mapping::Layer(if flatten {
+                    Op::Flatten
+                } else {
+                    Op::Reshape { target_shape: out_shape[1..].iter().map(|&d| d as i64).collect() }
+                }))
+            }
+            "Pad" => {
+                single()?;
+                self.zero_padding(node, &in_shape)
+            }
+            "Slice" => {
+                single()?;
+                self.cropping(node, &in_shape)
+            }
+            _ => Err("no perfmodel layer type for this op".into()),
+        }
+    }
+}
+
+impl Importer<'_> {
+    /// Explicit `[top, bottom, left, right]` padding of a conv or pool from `pads` / `auto_pad`, named `valid` or
+    /// `same` when it is one of those.
+    fn padding(
+        &self,
+        node: &NodeProto,
+        in_shape: &[usize],
+        kernel: [usize; 2],
+        strides: [usize; 2],
+        dilation: [usize; 2],
+    ) -> std::result::Result<Padding, String> {
+        let hw = [in_shape[2], in_shape[3]];
+        let same = Padding::Same.resolve(hw, kernel, strides, dilation);
+        let auto = node.get_attr_opt::<&str>("auto_pad").map_err(|e| format!("{e:#}"))?.unwrap_or("NOTSET");
+        let pads = match auto {
+            "NOTSET" => match node.get_attr_opt_vec::<i64>("pads").map_err(|e| format!("{e:#}"))? {
+                None => [0; 4],
+                Some(p) if p.len() == 4 && p.iter().all(|&v| v >= 0) => {
+                    [p[0] as usize, p[2] as usize, p[1] as usize, p[3] as usize]
+                }
+                Some(p) => return Err(format!("pads {p:?} are not 4 non-negative values")),
+            },
+            "VALID" => [0; 4],
+            "SAME_UPPER" => same,
+            // The odd pixel goes to the beginning instead of the end.
+            "SAME_LOWER" => [same[1], same[0], same[3], same[2]],
+            other => return Err(format!("unknown auto_pad '{other}'")),
+        };
+        Ok(if pads == [0; 4] {
+            Padding::Valid
+        } else if pads == same {
+            Padding::Same
+        } else {
+            Padding::Explicit(pads)
+        })
+    }
+
+    /// Clip bounds: inputs 1 and 2 from opset 11, attributes `min` / `max` before.
+    fn clip_bounds(&self, node: &NodeProto) -> TractResult<(Option<f32>, Option<f32>)> {
+        if self.opset < 11 {
+            return Ok((node.get_attr_opt::<f32>("min")?, node.get_attr_opt::<f32>("max")?));
+        }
+        let bound = |k: usize| -> TractResult<Option<f32>> {
+            match node.input.get(k).filter(|s| !s.is_empty()) {
+                None => Ok(None),
+                Some(name) => match self.value(name) {
+                    Some(t) => Ok(Some(scalar_f32(&t)?)),
+                    None => bail!("bound '{name}' is not constant"),
+                },
+            }
+        };
+        Ok((bound(1)?, bound(2)?))
+    }
+
+    /// Constant zero padding of the spatial axes only.
+    fn zero_padding(&self, node: &NodeProto, in_shape: &[usize]) -> std::result::Result<Mapping, String> {
+        let e = |e: TractError| format!("{e:#}");
+        if in_shape.len() != 4 {
+            return Err(format!("only padding of [N, C, H, W] tensors is supported (input {in_shape:?})"));
+        }
+        let mode = node.get_attr_opt::<&str>("mode").map_err(e)?.unwrap_or("constant");
+        if mode != "constant" {
+            return Err(format!("only constant padding is supported, got mode '{mode}'"));
+        }
+        let (pads, value) = if self.opset < 11 {
+            let pads = node.get_attr_opt_vec::<i64>("pads").map_err(e)?.ok_or("missing pads")?;
+            (pads, node.get_attr_opt::<f32>("value").map_err(e)?.unwrap_or(0.0))
+        } else {
+            let pads = node.input.get(1).and_then(|p| self.value(p)).ok_or("pads are not constant")?;
+            let value = match node.input.get(2).filter(|s| !s.is_empty()) {
+                None => 0.0,
+                Some(v) => scalar_f32(&*self.value(v).ok_or("the pad value is not constant")?).map_err(e)?,
+            };
+            (ints(&pads).map_err(e)?, value)
+        };
+        if node.input.get(3).is_some_and(|a| !a.is_empty()) {
+            return Err("padding with explicit axes is not supported".into());
+        }
+        let spatial_only = pads.len() == 8 && pads[0] == 0 && pads[1] == 0 && pads[4] == 0 && pads[5] == 0;
+        if !spatial_only || pads.iter().any(|&p| p < 0) || value != 0.0 {
+            return Err(format!(
+                "only non-negative zero padding of H and W is supported, got pads {pads:?}, value {value}"
+            ));
+        }
+        let padding = [pads[2], pads[6], pads[3], pads[7]].map(|p| p as usize);
+        Ok(Mapping::Layer(Op::ZeroPadding2d { padding }))
+    }
+
+    /// A step-1 slice of the spatial axes only: cropping.
+    fn cropping(&self, node: &NodeProto, in_shape: &[usize]) -> std::result::Result<Mapping, String> {
+        let e = |e: TractError| format!("{e:#}");
+        if in_shape.len() != 4 || self.opset < 10 {
+            return Err(format!("only slicing H and W of [N, C, H, W] tensors is supported (input {in_shape:?})"));
+        }
+        let constant = |k: usize| -> std::result::Result<Option<Vec<i64>>, String> {
+            match node.input.get(k).filter(|s| !s.is_empty()) {
+                None => Ok(None),
+                Some(name) => Ok(Some(ints(&*self.value(name).ok_or("slice bounds are not constant")?).map_err(e)?)),
+            }
+        };
+        let starts = constant(1)?.ok_or("missing starts")?;
+        let ends = constant(2)?.ok_or("missing ends")?;
+        let axes = constant(3)?.unwrap_or_else(|| (0..starts.len() as i64).collect());
+        let steps = constant(4)?.unwrap_or_else(|| vec![1; starts.len()]);
+        let mut cropping = [0usize; 4];
+        for (k, &axis) in axes.iter().enumerate() {
+            let axis = if axis < 0 { axis + 4 } else { axis };
+            let size = in_shape.get(axis as usize).copied().unwrap_or(0) as i64;
+            let clamp = |v: i64| if v < 0 { (v + size).max(0) } else { v.min(size) };
+            let (start, end) = (clamp(starts[k]), clamp(ends[k]));
+            let full = start == 0 && end == size;
+            if steps.get(k) != Some(&1) || (!(axis == 2 || axis == 3) && !full) || start >= end {
+                return Err(format!("only step-1 slices of H and W are supported (axes {axes:?}, steps {steps:?})"));
+            }
+            let at = if axis == 2 {
+                0
+            } else if axis == 3 {
+                2
+            } else {
+                continue;
+            };
+            cropping[at] = start as usize;
+            cropping[at + 1] = (size - end) as usize;
+        }
+        Ok(Mapping::Layer(Op::Cropping2d { cropping }))
+    }
+}
+
+/// The layers built so far and which layer holds each non-constant tensor.
+struct Built {
+    layers: Vec<Layer>,
+    /// Layer name (or [`INPUT`]) holding each tensor.
+    source: HashMap<String, String>,
+    index: HashMap<String, usize>,
+    /// For each layer, the ONNX tensor its output is (after fusions): checked against tract's shapes.
+    expected: Vec<String>,
+    used_names: HashSet<String>,
+}
+
+impl Built {
+    fn new(input: &str) -> Built {
+        Built {
+            layers: Vec::new(),
+            source: HashMap::from([(input.to_string(), INPUT.to_string())]),
+            index: HashMap::new(),
+            expected: Vec::new(),
+            used_names: HashSet::from([INPUT.to_string()]),
+        }
+    }
+
+    /// Add a layer (with a unique name) producing `tensor`; returns its name.
+    fn add(&mut self, name: String, op: Op, inputs: Vec<String>, tensor: &str) -> String {
+        let mut unique = name.clone();
+        let mut k = 2;
+        while !self.used_names.insert(unique.clone()) {
+            unique = format!("{name}_{k}");
+            k += 1;
+        }
+        self.layers.push(Layer { name: unique.clone(), op, inputs });
+        self.index.insert(unique.clone(), self.layers.len() - 1);
+        self.expected.push(tensor.to_string());
+        self.source.insert(tensor.to_string(), unique.clone());
+        unique
+    }
+
+    fn layer_of(&self, tensor: &str) -> Option<usize> {
+        self.source.get(tensor).and_then(|name| self.index.get(name)).copied()
+    }
+
+    /// Layer `i` now produces `tensor` (a fused activation or bias extended it).
+    fn retarget(&mut self, i: usize, tensor: &str) {
+        self.expected[i] = tensor.to_string();
+        self.source.insert(tensor.to_string(), self.layers[i].name.clone());
+    }
+}
+
+#[derive(Default)]
+struct Gates {
+    /// Sigmoid / HardSigmoid nodes folded into the Mul that gates with them.
+    absorbed: HashSet<usize>,
+    /// Mul node → (gated tensor, activation).
+    gated: HashMap<usize, (String, Activation)>,
+}
+
+/// `HardSigmoid(alpha = 1/6, beta = 0.5)` is the gate of hard swish.
+fn hard_sigmoid_is_hard_swish_gate(node: &NodeProto) -> bool {
+    let alpha = node.get_attr_opt::<f32>("alpha").ok().flatten().unwrap_or(0.2);
+    let beta = node.get_attr_opt::<f32>("beta").ok().flatten().unwrap_or(0.5);
+    (alpha - 1.0 / 6.0).abs() < 1e-4 && (beta - 0.5).abs() < 1e-6
+}
+
+/// A 2-element attribute (strides, dilations, kernel_shape), 1 when absent.
+fn pair_attr(node: &NodeProto, name: &str) -> TractResult<[usize; 2]> {
+    match node.get_attr_opt_vec::<i64>(name)? {
+        None => Ok([1, 1]),
+        Some(v) if v.len() == 2 && v.iter().all(|&x| x > 0) => Ok([v[0] as usize, v[1] as usize]),
+        Some(v) => bail!("attribute '{name}' must be two positive integers, got {v:?}"),
+    }
+}
+
+/// `ceil_mode = 1` rounds the output size up; the same windows come from extra bottom/right padding.
+fn ceil_mode_padding(padding: Padding, in_shape: &[usize], kernel: [usize; 2], strides: [usize; 2]) -> Padding {
+    let hw = [in_shape[2], in_shape[3]];
+    let mut pads = padding.resolve(hw, kernel, strides, [1, 1]);
+    for axis in 0..2 {
+        let padded = hw[axis] + pads[2 * axis] + pads[2 * axis + 1];
+        if padded >= kernel[axis] {
+            let span = padded - kernel[axis];
+            let out = span.div_ceil(strides[axis]) + 1;
+            pads[2 * axis + 1] += (out - 1) * strides[axis] + kernel[axis] - padded;
+        }
+    }
+    Padding::Explicit(pads)
+}
+
+fn scalar_f32(t: &Tensor) -> TractResult<f32> {
+    let t = t.cast_to::<f32>()?;
+    let view = t.to_plain_array_view::<f32>()?;
+    match view.iter().next() {
+        Some(v) if view.len() == 1 => Ok(*v),
+        _ => bail!("expected a scalar, got shape {:?}", t.shape()),
+    }
+}
+
+fn ints(t: &Tensor) -> TractResult<Vec<i64>> {
+    Ok(t.cast_to::<i64>()?.to_plain_array_view::<i64>()?.iter().copied().collect())
+}
+
+/// Declared input dimensions: `Ok(value)` or `Err(symbol name)`.
+fn declared_dims(input: &tract_onnx::pb::ValueInfoProto) -> Option<Vec<std::result::Result<i64, String>>> {
+    let Some(type_proto::Value::TensorType(t)) = input.r#type.as_ref()?.value.as_ref() else { return None };
+    let shape = t.shape.as_ref()?;
+    Some(
+        shape
+            .dim
+            .iter()
+            .map(|d| match &d.value {
+                Some(dimension::Value::DimValue(v)) => Ok(*v),
+                Some(dimension::Value::DimParam(p)) => Err(p.clone()),
+                None => Err("?".to_string()),
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::onnx::export_network;
+
+    fn conv(filters: usize, k: usize, padding: Padding, activation: Activation) -> Op {
+        let mut c = Conv2d::new(filters, [k, k]);
+        c.padding = padding;
+        c.activation = activation;
+        Op::Conv2d(c)
+    }
+
+    fn round_trip(net: &Network) -> Network {
+        let exported = export_network(net).unwrap();
+        import_proto(&exported.model, "mem.onnx", "mem", false).unwrap()
+    }
+
+    /// A residual + concat + squeeze-excite network using every layer type the importer maps back one to one.
+    fn zoo_like() -> Network {
+        let mut strided = Conv2d::new(16, [3, 3]);
+        strided.strides = [2, 2];
+        strided.padding = Padding::Explicit([1, 0, 1, 0]);
+        strided.activation = Activation::Relu;
+        let mut grouped = Conv2d::new(16, [3, 3]);
+        grouped.groups = 4;
+        grouped.dilation = [2, 2];
+        grouped.padding = Padding::Same;
+        grouped.use_bias = false;
+        let mut dw = DepthwiseConv2d::new([3, 3]);
+        dw.padding = Padding::Same;
+        dw.depth_multiplier = 2;
+        dw.activation = Activation::Relu6;
+        let mut net = Network::new("zoo_like", vec![3, 32, 32]);
+        net.batch_size = 2;
+        net.layers = vec![
+            Layer::new("pad", Op::ZeroPadding2d { padding: [1, 1, 2, 0] }),
+            Layer::new("stem", Op::Conv2d(strided)),
+            Layer::new("bn", Op::BatchNorm),
+            Layer::new("g", Op::Conv2d(grouped)),
+            Layer::new("sum", Op::Add).with_inputs(&["bn", "g"]),
+            Layer::new("act", Op::Activation(Activation::HardSwish)),
+            Layer::new("dw", Op::DepthwiseConv2d(dw)),
+            Layer::new("pw", conv(16, 1, Padding::Valid, Activation::Swish)),
+            Layer::new("cat", Op::Concat { axis: 0 }).with_inputs(&["act", "pw"]),
+            Layer::new("se_pool", Op::GlobalAvgPool2d),
+            Layer::new("se_shape", Op::Reshape { target_shape: vec![32, 1, 1] }),
+            Layer::new("se_gate", conv(32, 1, Padding::Valid, Activation::Sigmoid)),
+            Layer::new("se", Op::Multiply).with_inputs(&["cat", "se_gate"]),
+            Layer::new("mp", Op::MaxPool2d(Pool2d { pool_size: [3, 3], strides: [2, 2], padding: Padding::Same })),
+            Layer::new("ap", Op::AvgPool2d(Pool2d::new([2, 2]))),
+            Layer::new("crop", Op::Cropping2d { cropping: [1, 0, 0, 1] }),
+            Layer::new("drop", Op::Dropout { rate: 0.5 }),
+            Layer::new("flat", Op::Flatten),
+            Layer::new("fc", Op::Dense(Dense { units: 10, use_bias: false, activation: Activation::Softmax })),
+        ];
+        net
+    }
+
+    #[test]
+    fn exported_networks_import_back_unchanged() {
+        let net = zoo_like();
+        net.analyze().unwrap();
+        let back = round_trip(&net);
+        assert_eq!(back.to_json(), net.to_json(), "\n{}\n---\n{}", back.to_json_string(), net.to_json_string());
+    }
+
+    #[test]
+    fn activation_layers_after_conv_are_fused_and_gap_flatten_dropped() {
+        let mut net = Network::new("fuse", vec![3, 8, 8]);
+        net.layers = vec![
+            Layer::new("c", conv(4, 3, Padding::Valid, Activation::Linear)),
+            Layer::new("r", Op::Activation(Activation::Relu)),
+            Layer::new("gap", Op::GlobalMaxPool2d),
+            Layer::new("flat", Op::Flatten),
+            Layer::new("fc", Op::Dense(Dense { units: 3, use_bias: true, activation: Activation::Linear })),
+            Layer::new("e", Op::Activation(Activation::Elu)),
+        ];
+        let back = round_trip(&net);
+        let names: Vec<&str> = back.layers.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["c", "gap", "fc"]);
+        assert_eq!(back.layers[0].op, conv(4, 3, Padding::Valid, Activation::Relu));
+        assert_eq!(back.layers[2].op, Op::Dense(Dense { units: 3, use_bias: true, activation: Activation::Elu }));
+    }
+
+    #[test]
+    fn unmapped_nodes_are_listed_or_kept() {
+        let mut net = Network::new("lrn", vec![4, 8, 8]);
+        net.layers = vec![
+            Layer::new("c", conv(4, 3, Padding::Same, Activation::Relu)),
+            Layer::new("norm", Op::Activation(Activation::Tanh)),
+            Layer::new("c2", conv(4, 3, Padding::Same, Activation::Relu)),
+        ];
+        let mut model = export_network(&net).unwrap().model;
+        let graph = model.graph.as_mut().unwrap();
+        let node = graph.node.iter_mut().find(|n| n.name == "norm").unwrap();
+        node.op_type = "LRN".into();
+        node.attribute.push(tract_onnx::pb::AttributeProto {
+            name: "size".into(),
+            r#type: tract_onnx::pb::attribute_proto::AttributeType::Int as i32,
+            i: 3,
+            ..Default::default()
+        });
+        let err = import_proto(&model, "m.onnx", "m", false).unwrap_err().to_string();
+        assert!(err.contains("m.onnx") && err.contains("'norm' (LRN)") && err.contains("--allow-unsupported"), "{err}");
+        let kept = import_proto(&model, "m.onnx", "m", true).unwrap();
+        assert_eq!(kept.layers[1].op, Op::Unsupported { op_type: "LRN".into(), output_shape: vec![4, 8, 8] });
+        assert_eq!(kept.layers.len(), 3);
+    }
+}

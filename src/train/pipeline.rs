@@ -1,0 +1,376 @@
+//! `perfmodel train` as a library call: read a device's data, and for each (layer type, metric) remove
+//! outliers, select a regressor by cross-validation, refit it on all rows and store it.
+
+use crate::data::{self, Sample};
+use crate::error::{Error, Result};
+use crate::layer::LayerType;
+use crate::metric::Metric;
+use crate::train::cv::{self, Candidate, Evaluation, SelectBy};
+use crate::train::isolation::IsolationForest;
+use crate::train::model::Predictor;
+use crate::train::store::{self, Manifest, ModelEntry, ModelFile, ModelStore, Scores, FORMAT_VERSION};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+/// Fewer measured rows than this and a triplet is skipped (reported, not trained).
+pub const MIN_ROWS: usize = 10;
+
+#[derive(Debug, Clone)]
+pub struct TrainOptions {
+    /// Layer types to train; empty = every layer type with data.
+    pub layers: Vec<LayerType>,
+    pub metrics: Vec<Metric>,
+    pub folds: usize,
+    pub seed: u64,
+    pub select_by: SelectBy,
+    /// Fraction of rows the isolation forest removes before training (0 = none).
+    pub contamination: f64,
+    pub learning_curve: bool,
+}
+
+impl Default for TrainOptions {
+    fn default() -> Self {
+        TrainOptions {
+            layers: vec![],
+            metrics: Metric::ALL.to_vec(),
+            folds: 5,
+            seed: 42,
+            select_by: SelectBy::Mape,
+            contamination: 0.02,
+            learning_curve: false,
+        }
+    }
+}
+
+/// The rows of one (layer type, metric): features recomputed from each stored config through
+/// [`crate::LayerConfig::features`] (the same code path estimation uses) and the measured value.
+#[derive(Debug, Clone, Default)]
+pub struct Dataset {
+    pub keys: Vec<String>,
+    pub x: Vec<Vec<f64>>,
+    pub y: Vec<f64>,
+}
+
+impl Dataset {
+    pub fn from_samples(samples: &[Sample], metric: Metric) -> Result<Dataset> {
+        let mut d = Dataset::default();
+        for s in samples {
+            let Some(value) = s.metric(metric).filter(|v| v.is_finite()) else { continue };
+            let features = s.config.features().map_err(|e| {
+                Error::Invalid(format!("{} sample {}: cannot compute its features: {e}", s.layer_type, s.key))
+            })?;
+            d.keys.push(s.key.clone());
+            d.x.push(features);
+            d.y.push(value);
+        }
+        Ok(d)
+    }
+
+    pub fn len(&self) -> usize {
+        self.y.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.y.is_empty()
+    }
+
+    pub fn subset(&self, rows: &[usize]) -> Dataset {
+        Dataset {
+            keys: rows.iter().map(|&i| self.keys[i].clone()).collect(),
+            x: rows.iter().map(|&i| self.x[i].clone()).collect(),
+            y: rows.iter().map(|&i| self.y[i]).collect(),
+        }
+    }
+
+    /// SHA-256 over keys, features and targets, in row order.
+    pub fn hash(&self) -> String {
+        let mut h = Sha256::new();
+        for ((k, x), y) in self.keys.iter().zip(&self.x).zip(&self.y) {
+            h.update(k.as_bytes());
+            x.iter().for_each(|v| h.update(v.to_le_bytes()));
+            h.update(y.to_le_bytes());
+        }
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Rows for the isolation forest: features and target on a log scale (sizes and latencies span orders of
+    /// magnitude; on a linear scale every large layer would look anomalous).
+    fn outlier_space(&self) -> Vec<Vec<f64>> {
+        self.x
+            .iter()
+            .zip(&self.y)
+            .map(|(x, y)| x.iter().chain(std::iter::once(y)).map(|v| v.signum() * v.abs().ln_1p()).collect())
+            .collect()
+    }
+}
+
+/// A row taken out before training.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemovedRow {
+    pub key: String,
+    pub measured: f64,
+}
+
+/// Validation MAPE of each candidate on growing training subsets.
+#[derive(Debug, Clone)]
+pub struct LearningCurve {
+    pub validation_rows: usize,
+    pub train_sizes: Vec<usize>,
+    /// (candidate label, MAPE per step).
+    pub mape: Vec<(String, Vec<f64>)>,
+}
+
+/// Everything learned about one (layer type, metric).
+#[derive(Debug, Clone)]
+pub struct TripletResult {
+    pub layer_type: LayerType,
+    pub metric: Metric,
+    pub samples: usize,
+    pub removed: Vec<RemovedRow>,
+    pub evaluations: Vec<Evaluation>,
+    pub best: usize,
+    /// Measured values of the rows trained on (order of the evaluations' out-of-fold predictions).
+    pub measured: Vec<f64>,
+    /// Feature rows trained on (same order).
+    pub evaluation_rows: Vec<Vec<f64>>,
+    pub predictor: Predictor,
+    pub data_hash: String,
+    pub train_seconds: f64,
+    pub learning_curve: Option<LearningCurve>,
+}
+
+impl TripletResult {
+    pub fn chosen(&self) -> &Evaluation {
+        &self.evaluations[self.best]
+    }
+    pub fn cv(&self) -> Scores {
+        self.chosen().scores
+    }
+}
+
+/// A (layer type, metric) that was not trained, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Skipped {
+    pub layer_type: LayerType,
+    pub metric: Metric,
+    pub reason: String,
+}
+
+#[derive(Debug)]
+pub struct TrainRun {
+    pub device: String,
+    pub results: Vec<TripletResult>,
+    pub skipped: Vec<Skipped>,
+    pub manifest: Manifest,
+}
+
+/// Remove outliers, select, refit: one triplet.
+pub fn train_triplet(
+    layer_type: LayerType,
+    metric: Metric,
+    data: &Dataset,
+    candidates: &[Candidate],
+    options: &TrainOptions,
+    mut progress: impl FnMut(&str),
+) -> Result<TripletResult> {
+    let started = Instant::now();
+    let flagged = IsolationForest::default().with_seed(options.seed).outliers(&data.outlier_space(), options.contamination);
+    let kept: Vec<usize> = (0..data.len()).filter(|i| flagged.binary_search(i).is_err()).collect();
+    let removed = flagged.iter().map(|&i| RemovedRow { key: data.keys[i].clone(), measured: data.y[i] }).collect();
+    let clean = data.subset(&kept);
+    let selection = cv::select(candidates, &clean.x, &clean.y, options.folds, options.seed, options.select_by, &mut progress)?;
+    progress("refit");
+    let predictor = candidates[selection.best].fit(&clean.x, &clean.y)?;
+    let train_seconds = started.elapsed().as_secs_f64();
+    let learning_curve = if options.learning_curve {
+        progress("learning curve");
+        Some(learning_curve(candidates, &selection.evaluations, &clean, options.seed)?)
+    } else {
+        None
+    };
+    Ok(TripletResult {
+        layer_type,
+        metric,
+        samples: clean.len(),
+        removed,
+        evaluations: selection.evaluations,
+        best: selection.best,
+        measured: clean.y.clone(),
+        evaluation_rows: clean.x.clone(),
+        predictor,
+        data_hash: clean.hash(),
+        train_seconds,
+        learning_curve,
+    })
+}
+
+/// The paper's learning-curve study: a fixed validation set (20 % of the rows, seeded) and 15 training subsets
+/// growing linearly up to all remaining rows (each a prefix of one seeded shuffle, so every step contains the
+/// previous one). Done for every method family with the configuration that won cross-validation in that family.
+pub fn learning_curve(
+    candidates: &[Candidate],
+    evaluations: &[Evaluation],
+    data: &Dataset,
+    seed: u64,
+) -> Result<LearningCurve> {
+    const STEPS: usize = 15;
+    let mut order: Vec<usize> = (0..data.len()).collect();
+    order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed ^ 0x1ea2));
+    let validation_rows = (data.len() / 5).max(1);
+    let (validation, pool) = order.split_at(validation_rows);
+    let val = data.subset(validation);
+    let train_sizes: Vec<usize> =
+        (1..=STEPS).map(|s| (pool.len() * s).div_ceil(STEPS).max(2)).filter(|&n| n <= pool.len()).collect();
+    let mut best_per_family: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, c) in candidates.iter().enumerate() {
+        if evaluations[i].predicted.is_empty() {
+            continue;
+        }
+        let entry = best_per_family.entry(c.estimator.method()).or_insert(i);
+        if evaluations[i].scores.mape < evaluations[*entry].scores.mape {
+            *entry = i;
+        }
+    }
+    let mut mape = Vec::new();
+    for &i in best_per_family.values() {
+        let mut per_step = Vec::with_capacity(train_sizes.len());
+        for &n in &train_sizes {
+            let train = data.subset(&pool[..n]);
+            let value = match candidates[i].fit(&train.x, &train.y) {
+                Ok(p) => {
+                    let predicted: Vec<f64> = val.x.iter().map(|x| p.predict(x)).collect();
+                    cv::scores(&val.y, &predicted).mape
+                }
+                Err(_) => f64::NAN,
+            };
+            per_step.push(value);
+        }
+        mape.push((candidates[i].label(), per_step));
+    }
+    Ok(LearningCurve { validation_rows, train_sizes, mape })
+}
+
+/// Progress of a whole run: (triplets done, triplets total, what is being done now).
+pub type Progress<'a> = &'a mut dyn FnMut(usize, usize, &str);
+
+/// Train every requested triplet of `device` from `data_dir` and write the models and manifest to `models_dir`.
+/// Triplets not retrained keep their existing models when the existing manifest is compatible.
+pub fn train_device(
+    data_dir: &Path,
+    models_dir: &Path,
+    device: &str,
+    options: &TrainOptions,
+    progress: Progress,
+) -> Result<TrainRun> {
+    let all = data::read_device(data_dir, device)?;
+    let layer_types: Vec<LayerType> = if options.layers.is_empty() {
+        all.keys().copied().collect()
+    } else {
+        options.layers.clone()
+    };
+    if layer_types.is_empty() {
+        return Err(Error::Device {
+            device: device.to_string(),
+            message: format!("no data files in {}", data_dir.join(device).display()),
+        });
+    }
+    let candidates = cv::default_candidates(options.seed);
+    let total = layer_types.len() * options.metrics.len();
+    let mut results = Vec::new();
+    let mut skipped = Vec::new();
+    let mut done = 0;
+    for &layer_type in &layer_types {
+        let Some(samples) = all.get(&layer_type) else {
+            for &metric in &options.metrics {
+                skipped.push(Skipped {
+                    layer_type,
+                    metric,
+                    reason: format!("no data file {}", data::file_path(&data_dir.join(device), layer_type).display()),
+                });
+            }
+            done += options.metrics.len();
+            continue;
+        };
+        for &metric in &options.metrics {
+            let dataset = Dataset::from_samples(samples, metric)?;
+            if dataset.len() < MIN_ROWS.max(options.folds) {
+                skipped.push(Skipped {
+                    layer_type,
+                    metric,
+                    reason: format!(
+                        "{} of {} rows have a measured {} (at least {} needed)",
+                        dataset.len(),
+                        samples.len(),
+                        metric.column(),
+                        MIN_ROWS.max(options.folds)
+                    ),
+                });
+            } else {
+                let label = format!("{layer_type}/{metric}");
+                let result = train_triplet(layer_type, metric, &dataset, &candidates, options, |what| {
+                    progress(done, total, &format!("{label}: {what}"))
+                })?;
+                results.push(result);
+            }
+            done += 1;
+            progress(done, total, "");
+        }
+    }
+    let manifest = write_models(models_dir, device, &results)?;
+    Ok(TrainRun { device: device.to_string(), results, skipped, manifest })
+}
+
+/// Write the trained models, keeping compatible existing entries for triplets that were not retrained.
+fn write_models(models_dir: &Path, device: &str, results: &[TripletResult]) -> Result<Manifest> {
+    let mut entries: Vec<ModelEntry> = Vec::new();
+    let mut files: Vec<ModelFile> = Vec::new();
+    let mut feature_names: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for r in results {
+        let file = ModelFile::new(r.layer_type, r.metric, r.predictor.clone());
+        feature_names.insert(r.layer_type.as_str().to_string(), file.feature_names.clone());
+        entries.push(ModelEntry {
+            layer_type: r.layer_type.as_str().to_string(),
+            metric: r.metric.as_str().to_string(),
+            file: store::model_file_name(r.layer_type, r.metric),
+            file_sha256: String::new(),
+            method: r.predictor.method().to_string(),
+            samples: r.samples,
+            removed_outliers: r.removed.len(),
+            data_hash: r.data_hash.clone(),
+            cv: r.cv(),
+        });
+        files.push(file);
+    }
+    let mut kept_entries = Vec::new();
+    if let Ok(existing) = ModelStore::open(models_dir, device) {
+        for entry in &existing.manifest().models {
+            if !entries.iter().any(|e| e.layer_type == entry.layer_type && e.metric == entry.metric) {
+                if let Some(names) = existing.manifest().feature_names.get(&entry.layer_type) {
+                    feature_names.insert(entry.layer_type.clone(), names.clone());
+                }
+                kept_entries.push(entry.clone());
+            }
+        }
+    }
+    entries.extend(kept_entries);
+    entries.sort_by(|a, b| (&a.layer_type, &a.metric).cmp(&(&b.layer_type, &b.metric)));
+    let mut device_hash = Sha256::new();
+    for e in &entries {
+        device_hash.update(e.data_hash.as_bytes());
+    }
+    let mut manifest = Manifest {
+        format_version: FORMAT_VERSION,
+        perfmodel_version: crate::VERSION.to_string(),
+        device: device.to_string(),
+        feature_names,
+        data_hash: device_hash.finalize().iter().map(|b| format!("{b:02x}")).collect(),
+        models: entries,
+    };
+    ModelStore::save(models_dir, &mut manifest, &files)?;
+    Ok(manifest)
+}

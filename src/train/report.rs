@@ -1,0 +1,226 @@
+//! What a training run produced, for people: `models/<device>/report.md` (every candidate's cross-validated
+//! scores, the chosen one, removed outliers, learning curves, store size and prediction speed) and
+//! predicted-vs-measured scatter plots per (layer type, metric) in PNG and SVG.
+
+use crate::error::{write_atomic, Error, Result};
+use crate::layer::LayerType;
+use crate::metric::Metric;
+use crate::train::pipeline::{TrainRun, TripletResult};
+use crate::train::store::{self, ModelStore};
+use plotters::prelude::*;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Instant;
+
+/// Measured speed and size of a written store.
+#[derive(Debug, Clone)]
+pub struct StoreBench {
+    pub size_bytes: u64,
+    pub files: usize,
+    pub open_ms: f64,
+    /// (layer type, metric, method, mean nanoseconds per single-row prediction).
+    pub predict_ns: Vec<(LayerType, Metric, String, f64)>,
+}
+
+/// Open the store as estimation would and time single-row predictions of every predictor over `rows` (cycled).
+pub fn bench_store(models_dir: &Path, device: &str, results: &[TripletResult]) -> Result<StoreBench> {
+    let started = Instant::now();
+    let store = ModelStore::open(models_dir, device)?;
+    let open_ms = started.elapsed().as_secs_f64() * 1e3;
+    let mut predict_ns = Vec::new();
+    for r in results {
+        let Some(predictor) = store.predictor(r.layer_type, r.metric) else { continue };
+        let rows = &r.evaluation_rows;
+        const CALLS: usize = 20_000;
+        let mut sink = 0.0;
+        let started = Instant::now();
+        for i in 0..CALLS {
+            sink += predictor.predict(&rows[i % rows.len()]);
+        }
+        let ns = started.elapsed().as_secs_f64() * 1e9 / CALLS as f64;
+        std::hint::black_box(sink);
+        predict_ns.push((r.layer_type, r.metric, predictor.method().to_string(), ns));
+    }
+    Ok(StoreBench { size_bytes: store.size_bytes(), files: store.manifest().models.len(), open_ms, predict_ns })
+}
+
+fn fmt_num(v: f64) -> String {
+    if v.is_nan() {
+        "–".to_string()
+    } else if v != 0.0 && (v.abs() >= 1e5 || v.abs() < 1e-3) {
+        format!("{v:.3e}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
+/// The report as Markdown.
+pub fn markdown(run: &TrainRun, bench: &StoreBench, options_line: &str) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "# Training report: device `{}`\n", run.device);
+    let _ = writeln!(md, "perfmodel {} · {options_line}\n", crate::VERSION);
+    let _ = writeln!(md, "Data hash (SHA-256 over all training rows): `{}`\n", run.manifest.data_hash);
+    let _ = writeln!(md, "## Chosen predictors (cross-validated, out-of-fold)\n");
+    let _ = writeln!(md, "| layer | metric | method | CV MAPE % | R² | MAE | MedAE | MaxE | samples | removed outliers | train s |");
+    let _ = writeln!(md, "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for r in &run.results {
+        let s = r.cv();
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {:.2} | {:.4} | {} | {} | {} | {} | {} | {:.1} |",
+            r.layer_type,
+            r.metric,
+            r.chosen().label,
+            s.mape,
+            s.r2,
+            fmt_num(s.mae),
+            fmt_num(s.medae),
+            fmt_num(s.maxe),
+            r.samples,
+            r.removed.len(),
+            r.train_seconds
+        );
+    }
+    if !run.skipped.is_empty() {
+        let _ = writeln!(md, "\n## Not trained\n");
+        for s in &run.skipped {
+            let _ = writeln!(md, "- {}/{}: {}", s.layer_type, s.metric, s.reason);
+        }
+    }
+    let _ = writeln!(md, "\n## Model store and prediction speed\n");
+    let _ = writeln!(
+        md,
+        "{} model files, {:.2} MB in total; opening the store took {:.1} ms.\n",
+        bench.files,
+        bench.size_bytes as f64 / 1e6,
+        bench.open_ms
+    );
+    let _ = writeln!(md, "| layer | metric | method | µs per single-layer prediction |\n| --- | --- | --- | ---: |");
+    for (t, m, method, ns) in &bench.predict_ns {
+        let _ = writeln!(md, "| {t} | {m} | {method} | {:.2} |", ns / 1e3);
+    }
+    for r in &run.results {
+        let _ = writeln!(md, "\n## {} / {} ({})\n", r.layer_type, r.metric, r.metric.unit());
+        let _ = writeln!(
+            md,
+            "![predicted vs measured](plots/{0}_{1}.svg)\n\nChosen: **{2}** (data hash `{3}`).\n",
+            r.layer_type,
+            r.metric,
+            r.chosen().label,
+            &r.data_hash[..16]
+        );
+        let _ = writeln!(md, "| candidate | MAPE % | R² | MAE | MedAE | MaxE |\n| --- | ---: | ---: | ---: | ---: | ---: |");
+        for (i, e) in r.evaluations.iter().enumerate() {
+            let mark = if i == r.best { " ✔" } else { "" };
+            let s = &e.scores;
+            let _ = writeln!(
+                md,
+                "| {}{mark} | {} | {} | {} | {} | {} |",
+                e.label,
+                fmt_num(s.mape),
+                fmt_num(s.r2),
+                fmt_num(s.mae),
+                fmt_num(s.medae),
+                fmt_num(s.maxe)
+            );
+        }
+        if !r.removed.is_empty() {
+            let _ = writeln!(md, "\nRemoved by the isolation forest (still in the data file):\n");
+            for row in &r.removed {
+                let _ = writeln!(md, "- `{}` measured {} {}", row.key, fmt_num(row.measured), r.metric.unit());
+            }
+        }
+        if let Some(lc) = &r.learning_curve {
+            let _ = writeln!(
+                md,
+                "\nLearning curve: validation MAPE % on a fixed {} rows vs. training rows.\n",
+                lc.validation_rows
+            );
+            let header: Vec<String> = lc.train_sizes.iter().map(|n| n.to_string()).collect();
+            let _ = writeln!(md, "| candidate | {} |", header.join(" | "));
+            let _ = writeln!(md, "| --- |{}", " ---: |".repeat(lc.train_sizes.len()));
+            for (label, values) in &lc.mape {
+                let cells: Vec<String> = values.iter().map(|v| format!("{v:.1}")).collect();
+                let _ = writeln!(md, "| {label} | {} |", cells.join(" | "));
+            }
+        }
+    }
+    md
+}
+
+/// Draw measured (x) against out-of-fold predicted (y) with the identity line, log-log when all values are
+/// positive.
+fn draw<DB: DrawingBackend>(root: DrawingArea<DB, plotters::coord::Shift>, r: &TripletResult) -> std::result::Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+    root.fill(&WHITE).map_err(e)?;
+    let predicted = &r.chosen().predicted;
+    let points: Vec<(f64, f64)> = r.measured.iter().copied().zip(predicted.iter().copied()).collect();
+    let lo = points.iter().flat_map(|(a, b)| [*a, *b]).fold(f64::INFINITY, f64::min);
+    let hi = points.iter().flat_map(|(a, b)| [*a, *b]).fold(f64::NEG_INFINITY, f64::max);
+    let title = format!("{} {}: {} (CV MAPE {:.1}%)", r.layer_type, r.metric, r.chosen().label, r.cv().mape);
+    let x_label = format!("measured {} ({})", r.metric, r.metric.unit());
+    let y_label = format!("predicted (out-of-fold, {})", r.metric.unit());
+    let style = ShapeStyle::from(&BLUE.mix(0.5)).filled();
+    if lo > 0.0 {
+        let range = (lo / 1.2..hi * 1.2).log_scale();
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(range.clone(), range)
+            .map_err(e)?;
+        chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw().map_err(e)?;
+        chart.draw_series(LineSeries::new([(lo, lo), (hi, hi)], &BLACK)).map_err(e)?;
+        chart.draw_series(points.iter().map(|&p| Circle::new(p, 2, style))).map_err(e)?;
+    } else {
+        let pad = (hi - lo).max(1e-9) * 0.05;
+        let range = lo - pad..hi + pad;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(range.clone(), range)
+            .map_err(e)?;
+        chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw().map_err(e)?;
+        chart.draw_series(LineSeries::new([(lo, lo), (hi, hi)], &BLACK)).map_err(e)?;
+        chart.draw_series(points.iter().map(|&p| Circle::new(p, 2, style))).map_err(e)?;
+    }
+    root.present().map_err(e)?;
+    Ok(())
+}
+
+/// Write `<stem>.svg` and `<stem>.png` for one triplet, each atomically.
+fn write_plots(plots_dir: &Path, r: &TripletResult) -> Result<()> {
+    let stem = format!("{}_{}", r.layer_type, r.metric);
+    let svg_path = plots_dir.join(format!("{stem}.svg"));
+    let mut svg = String::new();
+    draw(SVGBackend::with_string(&mut svg, (720, 600)).into_drawing_area(), r)
+        .map_err(|e| Error::Invalid(format!("{}: cannot draw: {e}", svg_path.display())))?;
+    write_atomic(&svg_path, svg.as_bytes())?;
+    let png_path = plots_dir.join(format!("{stem}.png"));
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".{stem}"))
+        .suffix(".png")
+        .tempfile_in(plots_dir)
+        .map_err(|e| Error::io(plots_dir, e))?;
+    draw(BitMapBackend::new(tmp.path(), (720, 600)).into_drawing_area(), r)
+        .map_err(|e| Error::Invalid(format!("{}: cannot draw: {e}", png_path.display())))?;
+    tmp.persist(&png_path).map_err(|e| Error::io(&png_path, e.error))?;
+    Ok(())
+}
+
+/// Write `report.md` and the plots into the device's model directory.
+pub fn write_report(models_dir: &Path, run: &TrainRun, bench: &StoreBench, options_line: &str) -> Result<()> {
+    let dir = store::device_dir(models_dir, &run.device);
+    let plots = dir.join("plots");
+    std::fs::create_dir_all(&plots).map_err(|e| Error::io(&plots, e))?;
+    for r in &run.results {
+        write_plots(&plots, r)?;
+    }
+    write_atomic(dir.join("report.md"), markdown(run, bench, options_line).as_bytes())
+}

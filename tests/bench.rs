@@ -1,0 +1,62 @@
+//! `perfmodel bench` through the real binary on a tiny network: real tract runs, JSON with per-layer times.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn perfmodel(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_perfmodel")).current_dir(dir).args(args).output().expect("run perfmodel")
+}
+
+const TINY: &str = r#"{"name": "tiny", "batch_size": 2, "input_shape": [3, 32, 32],
+  "layers": [
+    {"name": "c1", "type": "conv2d", "filters": 16, "kernel": [3,3], "strides": [2,2], "padding": "same", "activation": "relu"},
+    {"name": "p1", "type": "max_pool2d", "pool_size": [2,2]},
+    {"name": "c2", "type": "conv2d", "filters": 16, "kernel": [1,1]},
+    {"name": "bn", "type": "batch_norm"},
+    {"name": "sum", "type": "add", "inputs": ["p1", "bn"]},
+    {"name": "act", "type": "activation", "function": "swish"},
+    {"name": "gap", "type": "global_avg_pool2d"},
+    {"name": "fc", "type": "dense", "units": 10, "activation": "softmax"}]}"#;
+
+#[test]
+fn bench_json_names_every_layer() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tiny.json"), TINY).unwrap();
+    let out = perfmodel(dir.path(), &["bench", "tiny.json", "--rounds", "3", "--warmup", "1", "--format", "json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bench prints JSON");
+    assert_eq!(json["network"], "tiny");
+    let total = json["total"]["latency_ms"].as_f64().unwrap();
+    assert!(total > 0.0, "{json}");
+    assert!(json["total"]["peak_memory_mib"].as_f64().unwrap() > 0.0, "{json}");
+    let names: Vec<&str> = json["layers"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["c1", "p1", "c2", "bn", "sum", "act", "gap", "fc"]);
+    for layer in json["layers"].as_array().unwrap() {
+        assert!(layer["latency_ms"].as_f64().unwrap() >= 0.0, "{layer}");
+    }
+    // The weighted layers always do work that tract cannot fold away.
+    for name in ["c1", "fc"] {
+        let layer = json["layers"].as_array().unwrap().iter().find(|l| l["name"] == name).unwrap();
+        assert!(layer["latency_ms"].as_f64().unwrap() > 0.0, "{name}: {json}");
+    }
+}
+
+#[test]
+fn bench_rejects_what_it_cannot_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let unsupported = TINY.replace(
+        r#"{"name": "gap", "type": "global_avg_pool2d"}"#,
+        r#"{"name": "gap", "type": "unsupported", "op_type": "LRN", "output_shape": [16]}"#,
+    );
+    std::fs::write(dir.path().join("u.json"), unsupported).unwrap();
+    let out = perfmodel(dir.path(), &["bench", "u.json", "--rounds", "1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("layer 'gap'") && err.contains("'LRN'"), "{err}");
+
+    std::fs::write(dir.path().join("tiny.json"), TINY).unwrap();
+    let out = perfmodel(dir.path(), &["bench", "tiny.json", "--threads", "2"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("multithread-mm"), "{err}");
+}

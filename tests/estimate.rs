@@ -1,0 +1,366 @@
+//! `perfmodel estimate` end to end: a model store with known predictors is built in a temp dir, so every number
+//! the binary prints can be checked against a hand computation.
+
+use perfmodel::data::{file_path, SampleWriter, Status};
+use perfmodel::layer::LayerConfig;
+use perfmodel::train::model::{Linear, Model, Predictor, Standardizer};
+use perfmodel::train::store::{model_file_name, Manifest, ModelEntry, ModelFile, ModelStore, Scores};
+use perfmodel::{LayerType, Metric, Network};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Output};
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// A predictor answering `intercept + slope × feature[name]`.
+fn linear(layer_type: LayerType, intercept: f64, slope_on: Option<(&str, f64)>) -> Predictor {
+    let names = layer_type.feature_names();
+    let d = names.len();
+    let mut coefficients = vec![0.0; d];
+    if let Some((name, slope)) = slope_on {
+        coefficients[names.iter().position(|n| n == name).unwrap()] = slope;
+    }
+    let standardizer = Standardizer { mean: vec![0.0; d], scale: vec![1.0; d] };
+    Predictor::new(
+        "linear",
+        false,
+        Model::Linear(Linear { log_features: false, standardizer, coefficients, intercept }),
+    )
+}
+
+/// Write a model store for `device` with the given predictors, through the model store's own writer.
+fn write_store(models_dir: &Path, device: &str, predictors: Vec<(LayerType, Metric, Predictor)>) {
+    let mut manifest = Manifest {
+        format_version: perfmodel::train::store::FORMAT_VERSION,
+        perfmodel_version: perfmodel::VERSION.to_string(),
+        device: device.to_string(),
+        feature_names: BTreeMap::new(),
+        data_hash: String::new(),
+        models: Vec::new(),
+    };
+    let mut files = Vec::new();
+    for (t, m, p) in predictors {
+        manifest.feature_names.insert(t.as_str().to_string(), t.feature_names());
+        manifest.models.push(ModelEntry {
+            layer_type: t.as_str().to_string(),
+            metric: m.as_str().to_string(),
+            file: model_file_name(t, m),
+            file_sha256: String::new(),
+            method: "linear".into(),
+            samples: 1,
+            removed_outliers: 0,
+            data_hash: String::new(),
+            cv: Scores::default(),
+        });
+        files.push(ModelFile::new(t, m, p));
+    }
+    ModelStore::save(models_dir, &mut manifest, &files).unwrap();
+}
+
+fn perfmodel(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_perfmodel")).current_dir(dir).args(args).output().unwrap()
+}
+
+fn json_of(out: &Output) -> Value {
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+}
+
+const TINY: &str = r#"{"name": "tiny", "input_shape": [3, 8, 8], "layers": [
+    {"name": "c1", "type": "conv2d", "filters": 4, "kernel": [3, 3], "padding": "same"},
+    {"name": "bn", "type": "batch_norm"},
+    {"name": "r", "type": "activation", "function": "relu"},
+    {"name": "p", "type": "max_pool2d", "pool_size": [2, 2]},
+    {"name": "f", "type": "flatten"},
+    {"name": "d", "type": "dense", "units": 10},
+    {"name": "s", "type": "activation", "function": "softmax"}]}"#;
+
+/// conv2d: 2 ms, 10 W, 1 MiB; max_pool2d: 0.5 ms, 4 W; dense: 1e-3 ms per FLOP, 8 W; nothing for activations.
+fn tiny_store(models: &Path) {
+    write_store(
+        models,
+        "dev",
+        vec![
+            (LayerType::Conv2d, Metric::Latency, linear(LayerType::Conv2d, 2.0, None)),
+            (LayerType::Conv2d, Metric::Power, linear(LayerType::Conv2d, 10.0, None)),
+            (LayerType::Conv2d, Metric::Memory, linear(LayerType::Conv2d, 1.0, None)),
+            (LayerType::MaxPool2d, Metric::Latency, linear(LayerType::MaxPool2d, 0.5, None)),
+            (LayerType::MaxPool2d, Metric::Power, linear(LayerType::MaxPool2d, 4.0, None)),
+            (LayerType::Dense, Metric::Latency, linear(LayerType::Dense, 0.0, Some(("flops", 1e-3)))),
+            (LayerType::Dense, Metric::Power, linear(LayerType::Dense, 8.0, None)),
+        ],
+    );
+}
+
+fn setup(net_text: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("net.json"), net_text).unwrap();
+    std::fs::create_dir(dir.path().join("collectors")).unwrap();
+    dir
+}
+
+const DIRS: [&str; 6] = ["--models-dir", "models", "--collectors-dir", "collectors", "--data-dir", "data"];
+
+#[test]
+fn sums_energy_and_memory_of_a_hand_computed_network() {
+    let dir = setup(TINY);
+    tiny_store(&dir.path().join("models"));
+    let mut args = vec!["estimate", "net.json", "--device", "dev", "--format", "json"];
+    args.extend(DIRS);
+    let v = json_of(&perfmodel(dir.path(), &args));
+    assert_eq!(v["network"], "tiny");
+    assert_eq!(v["device"], "dev");
+    assert_eq!(v["batch_size"], 1);
+    assert_eq!(v["method"], "learned");
+    let layer = |name: &str| v["layers"].as_array().unwrap().iter().find(|l| l["name"] == name).unwrap().clone();
+    // dense 64 -> 10: 2*64*10 + 10 FLOPs = 1290 -> 1.29 ms.
+    assert!(close(layer("d")["latency_ms"].as_f64().unwrap(), 1.29));
+    assert_eq!(layer("c1")["predictor"], "linear");
+    assert_eq!(layer("bn")["predictor"], "fused:c1");
+    assert_eq!(layer("r")["predictor"], "fused:c1");
+    assert_eq!(layer("f")["predictor"], "free");
+    assert_eq!(layer("s")["predictor"], "uncovered");
+    assert!(layer("s")["latency_ms"].is_null());
+    let total = &v["total"];
+    assert!(close(total["latency_ms"].as_f64().unwrap(), 2.0 + 0.5 + 1.29));
+    assert!(close(layer("c1")["energy_mj"].as_f64().unwrap(), 20.0));
+    assert!(close(total["energy_mj"].as_f64().unwrap(), 2.0 * 10.0 + 0.5 * 4.0 + 1.29 * 8.0));
+    // Memory. c1 is predicted at exactly 1 MiB (inputs 768 B + output 1024 B + weights 448 B + workspace).
+    // Weights resident: c1 448 B + d 2600 B. Live tensors: c1: input 768 + output 1024 (+ workspace 1 MiB -
+    // 2240 B); p: 1024 + 256; d: 256 + 40; s: 40 + 40. Peak at c1.
+    assert!(close(layer("c1")["memory_mib"].as_f64().unwrap(), 1.0));
+    let peak = (1048576.0 - 2240.0 + 768.0 + 1024.0 + 448.0 + 2600.0) / MIB;
+    assert!(close(total["peak_memory_mib"].as_f64().unwrap(), peak), "{total}");
+    let (p, d, s) = (1280.0 / MIB, 2896.0 / MIB, 80.0 / MIB);
+    assert!(close(total["memory_two_largest_mib"].as_f64().unwrap(), 1.0 + d));
+    assert!(close(total["memory_two_mean_mib"].as_f64().unwrap(), 2.0 * (1.0 + p + d + s) / 4.0));
+    // The uncovered softmax: 5 FLOPs per element of 10, out of 14080 + 512 + 256 + 256 + 1290 + 50 FLOPs.
+    let uncovered = v["uncovered"].as_array().unwrap();
+    assert_eq!(uncovered.len(), 1);
+    assert_eq!(uncovered[0]["name"], "s");
+    assert_eq!(uncovered[0]["type"], "activation");
+    assert!(close(uncovered[0]["flops_share"].as_f64().unwrap(), 50.0 / 16444.0));
+    let notes = v["notes"].as_array().unwrap();
+    assert!(notes.iter().any(|n| n.as_str().unwrap().contains("lower bound")), "{notes:?}");
+}
+
+#[test]
+fn table_warns_about_uncovered_layers_and_csv_leaves_unknowns_empty() {
+    let dir = setup(TINY);
+    tiny_store(&dir.path().join("models"));
+    let mut args = vec!["estimate", "net.json", "--device", "dev", "--plot", "out.svg"];
+    args.extend(DIRS);
+    let out = perfmodel(dir.path(), &args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("warning: layer 's' (activation) is uncovered"), "{text}");
+    assert!(text.contains("peak memory"), "{text}");
+    let svg = std::fs::read_to_string(dir.path().join("out.svg")).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("latency (ms)") && svg.contains("energy (mJ)"));
+    args = vec!["estimate", "net.json", "--device", "dev", "--format", "csv"];
+    args.extend(DIRS);
+    let out = perfmodel(dir.path(), &args);
+    let csv = String::from_utf8(out.stdout).unwrap();
+    assert!(csv.starts_with("name,type,latency_ms,power_w,energy_mj,memory_mib,predictor\n"), "{csv}");
+    assert!(csv.contains("\ns,activation,,,,"), "{csv}");
+}
+
+/// A residual block: the branch output `a` stays alive across b and c until the add.
+const RESIDUAL: &str = r#"{"name": "res", "input_shape": [2, 8, 8], "layers": [
+    {"name": "a", "type": "conv2d", "filters": 8, "kernel": [1, 1]},
+    {"name": "b", "type": "conv2d", "filters": 8, "kernel": [3, 3], "padding": "same"},
+    {"name": "c", "type": "conv2d", "filters": 8, "kernel": [1, 1]},
+    {"name": "sum", "type": "add", "inputs": ["a", "c"]}]}"#;
+
+#[test]
+fn liveness_memory_of_a_residual_network_and_null_power() {
+    let dir = setup(RESIDUAL);
+    write_store(
+        &dir.path().join("models"),
+        "dev",
+        vec![
+            (LayerType::Conv2d, Metric::Latency, linear(LayerType::Conv2d, 1.0, None)),
+            (LayerType::Add, Metric::Latency, linear(LayerType::Add, 0.1, None)),
+        ],
+    );
+    let mut args = vec!["estimate", "net.json", "--device", "dev", "--format", "json"];
+    args.extend(DIRS);
+    let v = json_of(&perfmodel(dir.path(), &args));
+    // Tensors (f32): input 2*64*4 = 512 B, every layer output 8*64*4 = 2048 B. Weights: a 2*8+8 = 24,
+    // b 9*8*8+8 = 584, c 8*8+8 = 72 elements = 2720 B, all resident. Steps: a: in + a = 2560; b: a + b = 4096;
+    // c: a + b + c = 6144; sum: a + c + sum = 6144. No memory model, so no workspace.
+    let peak = (6144.0 + 2720.0) / MIB;
+    assert!(close(v["total"]["peak_memory_mib"].as_f64().unwrap(), peak), "{}", v["total"]);
+    assert!(close(v["total"]["latency_ms"].as_f64().unwrap(), 3.1));
+    // No power model for this device: null, with a note, never 0.
+    assert!(v["total"]["energy_mj"].is_null());
+    assert!(v["layers"].as_array().unwrap().iter().all(|l| l["power_w"].is_null() && l["energy_mj"].is_null()));
+    let notes: Vec<&str> = v["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert!(notes.iter().any(|n| n.contains("no power model")), "{notes:?}");
+    assert!(notes.iter().any(|n| n.contains("no memory model")), "{notes:?}");
+}
+
+const PROFILE: &str = r#"description = "test device"
+executor = "tract"
+threads = 1
+batch_sizes = [1]
+peak_gflops = 2.0
+memory_bandwidth_gbs = 4.0
+[protocol]
+burn_in_runs = 1
+repetitions = 1
+rounds = 1
+group_size = 1
+per_sample_timeout_s = 1.0
+min_window_ms = 0.0
+max_cv = 0.5
+"#;
+
+#[test]
+fn paleo_equals_its_formula_and_bandwidth_prices_cheap_layers() {
+    let dir = setup(TINY);
+    std::fs::write(dir.path().join("collectors/dev.toml"), PROFILE).unwrap();
+    let mut args = vec!["estimate", "net.json", "--device", "dev", "--method", "paleo", "--format", "json"];
+    args.extend(DIRS);
+    let v = json_of(&perfmodel(dir.path(), &args));
+    assert_eq!(v["method"], "paleo");
+    let net = Network::from_json_str(TINY, "tiny.json").unwrap();
+    let analysis = net.analyze().unwrap();
+    let mut expected = 0.0;
+    for (i, layer) in v["layers"].as_array().unwrap().iter().enumerate() {
+        let c = analysis.costs[i];
+        let formula =
+            1e3 * (c.flops as f64 / 2e9 + 4.0 * (c.input_elems + c.weight_elems + c.output_elems) as f64 / 4e9);
+        let executes = layer["predictor"] == "paleo";
+        let got = layer["latency_ms"].as_f64().unwrap();
+        assert!(close(got, if executes { formula } else { 0.0 }), "{layer}");
+        expected += got;
+    }
+    assert!(close(v["total"]["latency_ms"].as_f64().unwrap(), expected));
+    assert!(v["uncovered"].as_array().unwrap().is_empty());
+
+    // With the profile's bandwidth, the learned method prices the softmax it has no model for by bytes moved.
+    tiny_store(&dir.path().join("models"));
+    let mut args = vec!["estimate", "net.json", "--device", "dev", "--format", "json"];
+    args.extend(DIRS);
+    let v = json_of(&perfmodel(dir.path(), &args));
+    let s = &v["layers"][6];
+    assert_eq!(s["predictor"], "analytic:bandwidth");
+    assert!(close(s["latency_ms"].as_f64().unwrap(), 1e3 * 80.0 / 4e9));
+    assert!(v["uncovered"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn template_answers_with_the_nearest_measured_sample() {
+    let dir = setup(RESIDUAL);
+    let data_dir = dir.path().join("data/dev");
+    std::fs::create_dir_all(&data_dir).unwrap();
+    let mut writer = SampleWriter::open(&file_path(&data_dir, LayerType::Conv2d)).unwrap();
+    // Measured 1x1 convs with 8 and 64 filters, and a 3x3 one: the net's 1x1/8 convs must get 0.25 ms, its 3x3
+    // conv 0.75 ms.
+    let conv = |filters: usize, k: usize, channels: usize, ms: f64| {
+        let mut op = serde_json::json!({"type": "conv2d", "filters": filters, "kernel": [k, k], "padding": "same"});
+        op["input_shapes"] = serde_json::json!([[channels, 8, 8]]);
+        let config = LayerConfig::from_json(&op).unwrap();
+        let mut s = perfmodel::data::Sample::unmeasured(&config).unwrap();
+        s.latency_ms = Some(ms);
+        s.status = Status::Ok;
+        s.reason.clear();
+        s
+    };
+    for s in [conv(8, 1, 2, 0.25), conv(64, 1, 2, 9.0), conv(8, 3, 8, 0.75)] {
+        writer.append(&s).unwrap();
+    }
+    drop(writer);
+    let mut args = vec!["estimate", "net.json", "--device", "dev", "--method", "template", "--format", "json"];
+    args.extend(DIRS);
+    let v = json_of(&perfmodel(dir.path(), &args));
+    let lat: Vec<Option<f64>> = v["layers"].as_array().unwrap().iter().map(|l| l["latency_ms"].as_f64()).collect();
+    assert_eq!(lat, vec![Some(0.25), Some(0.75), Some(0.25), None]);
+    assert!(v["layers"][0]["predictor"].as_str().unwrap().starts_with("template:"));
+    assert_eq!(v["uncovered"][0]["name"], "sum");
+}
+
+#[test]
+fn bad_network_names_layer_and_field_with_exit_2() {
+    let dir = setup(
+        r#"{"name": "bad", "input_shape": [3, 4, 4], "layers": [
+            {"name": "ok", "type": "conv2d", "filters": 4, "kernel": [1, 1]},
+            {"name": "huge", "type": "conv2d", "filters": 4, "kernel": [9, 9]}]}"#,
+    );
+    tiny_store(&dir.path().join("models"));
+    let mut args = vec!["estimate", "net.json", "--device", "dev"];
+    args.extend(DIRS);
+    let out = perfmodel(dir.path(), &args);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("net.json") && err.contains("'huge'") && err.contains("'kernel'"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn missing_models_are_a_clear_error() {
+    let dir = setup(TINY);
+    let mut args = vec!["estimate", "net.json", "--device", "dev"];
+    args.extend(DIRS);
+    let out = perfmodel(dir.path(), &args);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no trained models for device 'dev'") && err.contains("perfmodel train"), "{err}");
+}
+
+#[test]
+fn outliers_from_a_measured_file_are_ranked_by_saving() {
+    let dir = setup(TINY);
+    tiny_store(&dir.path().join("models"));
+    // Predictions: c1 2 ms, p 0.5 ms, d 1.29 ms. p measured 4x, d 3x: d saves 2.58 ms, p 1.5 ms.
+    let measured = r#"{"tool": "other", "layers": [
+        {"name": "c1", "latency_ms": 2.1}, {"name": "p", "latency_ms": 2.0}, {"name": "d", "latency_ms": 3.87},
+        {"name": "f", "latency_ms": 0.0}]}"#;
+    std::fs::write(dir.path().join("m.json"), measured).unwrap();
+    let mut args = vec!["outliers", "net.json", "--device", "dev", "--measured", "m.json", "--format", "json"];
+    args.extend(DIRS);
+    let v = json_of(&perfmodel(dir.path(), &args));
+    let names: Vec<&str> = v["outliers"].as_array().unwrap().iter().map(|o| o["name"].as_str().unwrap()).collect();
+    assert_eq!(names, vec!["d", "p"], "{v}");
+    assert!(close(v["outliers"][0]["saving_ms"].as_f64().unwrap(), 3.87 - 1.29));
+    assert!(close(v["outliers"][1]["ratio"].as_f64().unwrap(), 4.0));
+    let notes = v["notes"].as_array().unwrap();
+    assert!(notes.iter().any(|n| n.as_str().unwrap().contains("no measurement for")), "{notes:?}");
+
+    std::fs::write(dir.path().join("bad.json"), r#"{"layers": [{"name": "zz", "latency_ms": 1}]}"#).unwrap();
+    let mut args = vec!["outliers", "net.json", "--device", "dev", "--measured", "bad.json"];
+    args.extend(DIRS);
+    let out = perfmodel(dir.path(), &args);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("'zz'"));
+}
+
+#[test]
+fn validate_and_outliers_benchmark_the_network_for_real() {
+    let dir = setup(TINY);
+    tiny_store(&dir.path().join("models"));
+    std::fs::write(dir.path().join("collectors/dev.toml"), PROFILE).unwrap();
+    let mut args = vec!["validate", "net.json", "--device", "dev", "--rounds", "2", "--format", "json"];
+    args.extend(DIRS);
+    let v = json_of(&perfmodel(dir.path(), &args));
+    let n = &v["networks"][0];
+    assert_eq!(n["network"], "tiny");
+    let (measured, predicted) =
+        (n["measured_latency_ms"].as_f64().unwrap(), n["predicted_latency_ms"].as_f64().unwrap());
+    assert!(measured > 0.0);
+    assert!(close(predicted, 2.0 + 0.5 + 1.29 + 1e3 * 80.0 / 4e9));
+    assert!(close(n["latency_error_pct"].as_f64().unwrap(), 100.0 * (predicted - measured) / measured));
+    assert!(close(v["median_abs_latency_error_pct"].as_f64().unwrap(), n["latency_error_pct"].as_f64().unwrap().abs()));
+    assert!(n["measured_peak_memory_mib"].as_f64().unwrap() > 0.0);
+
+    let mut args = vec!["outliers", "net.json", "--device", "dev", "--rounds", "2", "--format", "json"];
+    args.extend(DIRS);
+    let v = json_of(&perfmodel(dir.path(), &args));
+    assert_eq!(v["layers"].as_array().unwrap().len(), 7, "{v}");
+}
