@@ -24,6 +24,7 @@ import collections
 import ctypes
 import functools
 import math
+import operator
 import os
 import random
 import sys
@@ -142,6 +143,7 @@ MAX_BLOCKS = 8
 MAX_LAYERS = 1 + 4 * MAX_BLOCKS + 2
 
 Block = collections.namedtuple("Block", "kind width kernel pool residual")
+fitness_of = operator.itemgetter(0)
 
 
 @functools.lru_cache(maxsize=None)
@@ -261,7 +263,7 @@ def main():
             stem = Block("conv", rng.choice(WIDTHS), rng.choice((3, 5)), False, False)
             candidate = (stem, tuple(random_block(rng) for _ in range(rng.randint(1, 4))))
         else:
-            parent = max(rng.sample(population, args.sample), key=lambda p: p[0])
+            parent = max(rng.choices(population, k=args.sample), key=fitness_of)
             candidate = mutate(rng, *parent[1])
         data, layers, params = encode(*candidate)
         ctypes.memmove(buffer, data, len(data))

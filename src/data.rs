@@ -14,7 +14,7 @@
 use crate::error::{Error, Result};
 use crate::layer::{LayerConfig, LayerType};
 use crate::metric::Metric;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -409,7 +409,7 @@ pub struct SampleWriter {
     path: PathBuf,
     file: File,
     layer_type: Option<LayerType>,
-    keys: HashSet<String>,
+    statuses: HashMap<String, Status>,
     repair_note: Option<String>,
 }
 
@@ -439,8 +439,8 @@ impl SampleWriter {
             ));
         }
         let layer_type = parsed.samples.first().map(|s| s.layer_type);
-        let keys = parsed.samples.iter().map(|s| s.key.clone()).collect();
-        Ok(SampleWriter { path: path.to_path_buf(), file, layer_type, keys, repair_note })
+        let statuses = parsed.samples.iter().map(|s| (s.key.clone(), s.status)).collect();
+        Ok(SampleWriter { path: path.to_path_buf(), file, layer_type, statuses, repair_note })
     }
 
     /// What was repaired when opening, for the user to see.
@@ -450,15 +450,20 @@ impl SampleWriter {
 
     /// Whether a sample with this key is already in the file.
     pub fn contains(&self, key: &str) -> bool {
-        self.keys.contains(key)
+        self.statuses.contains_key(key)
+    }
+
+    /// The recorded status of a key, if it is in the file.
+    pub fn status(&self, key: &str) -> Option<Status> {
+        self.statuses.get(key).copied()
     }
 
     pub fn len(&self) -> usize {
-        self.keys.len()
+        self.statuses.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
+        self.statuses.is_empty()
     }
 
     pub fn path(&self) -> &Path {
@@ -476,7 +481,7 @@ impl SampleWriter {
                 )));
             }
         }
-        if self.keys.contains(&sample.key) {
+        if self.statuses.contains_key(&sample.key) {
             return Err(Error::Invalid(format!("{}: sample {} is already recorded", self.path.display(), sample.key)));
         }
         let mut buf = csv::WriterBuilder::new().from_writer(Vec::new());
@@ -491,7 +496,7 @@ impl SampleWriter {
         self.file.flush().map_err(|e| Error::io(&self.path, e))?;
         self.file.sync_data().map_err(|e| Error::io(&self.path, e))?;
         self.layer_type = Some(sample.layer_type);
-        self.keys.insert(sample.key.clone());
+        self.statuses.insert(sample.key.clone(), sample.status);
         Ok(())
     }
 }
@@ -629,7 +634,7 @@ mod tests {
         w2.append(&sample(8)).unwrap();
         w2.append(&sample(16)).unwrap();
         assert_eq!(merge_files(&[p1, p2], &out).unwrap(), 3);
-        let keys: HashSet<String> = read_samples(&out).unwrap().into_iter().map(|s| s.key).collect();
+        let keys: std::collections::HashSet<String> = read_samples(&out).unwrap().into_iter().map(|s| s.key).collect();
         assert_eq!(keys.len(), 3);
     }
 }

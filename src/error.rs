@@ -49,8 +49,9 @@ pub enum Error {
     #[error("{location}: {message}")]
     Spec { location: Location, message: String },
 
-    #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    /// The cause is part of the message (and deliberately not a `#[source]`, so `{:#}` does not print it twice).
+    #[error("{}: {cause}", path.display())]
+    Io { path: PathBuf, cause: std::io::Error },
 
     /// A data file (CSV) is malformed.
     #[error("{}: line {line}: {message}", path.display())]
@@ -88,7 +89,7 @@ impl Error {
         Error::Spec { location, message: message.into() }
     }
     pub fn io(path: impl AsRef<Path>, source: std::io::Error) -> Self {
-        Error::Io { path: path.as_ref().to_path_buf(), source }
+        Error::Io { path: path.as_ref().to_path_buf(), cause: source }
     }
     pub fn model(path: impl AsRef<Path>, message: impl Into<String>) -> Self {
         Error::Model { path: path.as_ref().to_path_buf(), message: message.into() }

@@ -293,17 +293,14 @@ unsafe fn op_from_c(layer: &PmLayer) -> Result<Op, LayerError> {
         let pool_size = pair("kernel", layer.kernel, [2, 2])?;
         Ok(Pool2d { pool_size, strides: pair("strides", layer.strides, pool_size)?, padding: padding()? })
     };
-    let layer_type = usize::try_from(layer.layer_type)
-        .ok()
-        .and_then(|i| LayerType::ALL.get(i).copied())
-        .filter(|&t| t != LayerType::Unsupported)
-        .ok_or_else(|| {
+    let layer_type =
+        usize::try_from(layer.layer_type).ok().and_then(|i| LayerType::ALL.get(i).copied()).ok_or_else(|| {
             LayerError::new(
                 Some("type"),
                 format!(
-                    "unknown pm_layer_type {} (0..{}: {}; unsupported layers need JSON)",
+                    "unknown pm_layer_type {} (0..{}: {})",
                     layer.layer_type,
-                    LayerType::ALL.len() - 2,
+                    LayerType::ALL.len() - 1,
                     LayerType::names_list()
                 ),
             )
@@ -347,7 +344,12 @@ unsafe fn op_from_c(layer: &PmLayer) -> Result<Op, LayerError> {
         LayerType::ZeroPadding2d => Op::ZeroPadding2d { padding: quad("pad", layer.pad)? },
         LayerType::Cropping2d => Op::Cropping2d { cropping: quad("pad", layer.pad)? },
         LayerType::Dropout => Op::Dropout { rate: layer.rate },
-        LayerType::Unsupported => unreachable!("filtered above"),
+        LayerType::Unsupported => {
+            return Err(LayerError::new(
+                Some("type"),
+                "an unsupported layer needs its op_type and output_shape: pass the network as JSON",
+            ))
+        }
     };
     op.validate()?;
     Ok(op)
@@ -655,8 +657,10 @@ mod tests {
         assert_eq!(status, PmStatus::InvalidNetwork);
         assert!(msg.contains("layer 'layer1' (#1), field 'units'") && msg.contains("-4"), "{msg}");
 
-        let (_, msg) = message(layers_net(&[conv(8, 3), PmLayer { layer_type: 17, ..conv(8, 3) }], &[3, 8, 8]));
-        assert!(msg.contains("field 'type'") && msg.contains("unknown pm_layer_type 17"), "{msg}");
+        let (_, msg) = message(layers_net(&[conv(8, 3), PmLayer { layer_type: 18, ..conv(8, 3) }], &[3, 8, 8]));
+        assert!(msg.contains("field 'type'") && msg.contains("unknown pm_layer_type 18"), "{msg}");
+        let (_, msg) = message(layers_net(&[PmLayer { layer_type: 17, ..conv(8, 3) }], &[3, 8, 8]));
+        assert!(msg.contains("field 'type'") && msg.contains("pass the network as JSON"), "{msg}");
 
         let (_, msg) = message(layers_net(&[PmLayer { activation: 99, ..conv(8, 3) }], &[3, 8, 8]));
         assert!(msg.contains("field 'activation'") && msg.contains("99"), "{msg}");

@@ -7,5 +7,11 @@ mod cli;
 static ALLOCATOR: perfmodel::collect::CountingAlloc = perfmodel::collect::CountingAlloc;
 
 fn main() {
+    // Behave like other Unix tools when output is piped into `head`: die quietly on SIGPIPE instead of
+    // panicking in `println!`.
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     std::process::exit(cli::main());
 }

@@ -8,7 +8,7 @@
 //! honest validation set. Everything random is drawn from one seeded ChaCha stream: same seed, same sample.
 
 use crate::error::{write_atomic, Error, Location, Result};
-use crate::layer::{Activation, Dense, DepthwiseConv2d, LayerConfig, LayerError, LayerType, Op};
+use crate::layer::{Activation, Dense, DepthwiseConv2d, LayerConfig, LayerType, Op};
 use crate::network::Network;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -148,7 +148,7 @@ pub fn sample(networks: &[Network], options: &SampleOptions) -> Result<(ConfigSe
                 continue;
             }
             let config = analysis.config(&net, i);
-            let key = config.key().map_err(|e| config_error(&net.name, &layer.name, i, e))?;
+            let key = config.key().map_err(|e| Error::Invalid(format!("{}/{}: {e}", net.name, layer.name)))?;
             pool.found(key, config, format!("{}/{}", net.name, layer.name));
         }
     }
@@ -174,14 +174,6 @@ pub fn sample(networks: &[Network], options: &SampleOptions) -> Result<(ConfigSe
         configs.extend(list);
     }
     Ok((ConfigSet { seed: options.seed, batch_sizes: options.batch_sizes.clone(), configs }, counts))
-}
-
-fn config_error(net: &str, layer: &str, index: usize, e: LayerError) -> Error {
-    let mut loc = Location::file(format!("network '{net}'")).layer(layer, index);
-    if let Some(f) = e.field {
-        loc = loc.field(f);
-    }
-    Error::spec(loc, e.message)
 }
 
 /// Unique configs per type, in insertion order, deduplicated by [`LayerConfig::key`].

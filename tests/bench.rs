@@ -55,8 +55,8 @@ fn bench_rejects_what_it_cannot_run() {
     assert!(err.contains("layer 'gap'") && err.contains("'LRN'"), "{err}");
 
     std::fs::write(dir.path().join("tiny.json"), TINY).unwrap();
-    let out = perfmodel(dir.path(), &["bench", "tiny.json", "--threads", "2"]);
+    let out = perfmodel(dir.path(), &["bench", "tiny.json", "--device", "no-such-device"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("multithread-mm"), "{err}");
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("no-such-device") && err.contains("local"), "{err}");
 }

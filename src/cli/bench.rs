@@ -1,6 +1,7 @@
 //! `perfmodel bench`: run a whole network with tract on this machine and time it per layer.
 
 use anyhow::Context;
+use perfmodel::collect::profile::DeviceProfile;
 use perfmodel::engine::profile_network;
 use perfmodel::Network;
 use std::path::PathBuf;
@@ -18,9 +19,9 @@ pub struct Args {
     /// Override the network's batch size
     #[arg(long)]
     batch: Option<usize>,
-    /// Engine threads (this build of tract runs on 1)
-    #[arg(long, default_value_t = 1)]
-    threads: usize,
+    /// Device profile whose executor threads to use (collectors/NAME.toml); this machine is `local`
+    #[arg(long, default_value = "local")]
+    device: String,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
 }
@@ -37,7 +38,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         anyhow::ensure!(batch > 0, "--batch must be positive");
         net.batch_size = batch;
     }
-    let profile = profile_network(&net, args.threads, args.rounds, args.warmup)
+    let device = DeviceProfile::load(&super::default_dir("collectors"), &args.device)?;
+    let profile = profile_network(&net, device.threads, args.rounds, args.warmup)
         .with_context(|| format!("benchmarking {}", args.net.display()))?;
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&profile)?),
@@ -65,12 +67,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 share(profile.unattributed_ms)
             );
             println!(
-                "total: {:.3} ms (min {:.3}, max {:.3}), peak memory {:.2} MiB ({})",
-                profile.total.latency_ms,
-                profile.total.latency_min_ms,
-                profile.total.latency_max_ms,
-                profile.total.peak_memory_mib,
-                profile.total.memory_source
+                "total: {:.3} ms (min {:.3}, max {:.3})",
+                profile.total.latency_ms, profile.total.latency_min_ms, profile.total.latency_max_ms
+            );
+            println!(
+                "peak memory: {:.2} MiB ({}); planned {:.2} MiB",
+                profile.total.peak_memory_mib, profile.total.memory_source, profile.total.planned_memory_mib
             );
         }
     }

@@ -161,8 +161,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
 
     let configs_path = args.configs.clone().unwrap_or_else(|| default_dir("zoo").join("configs.json"));
-    let set = ConfigSet::load(&configs_path)
-        .context("loading configs (create them with `perfmodel zoo sample`)")?;
+    let set = ConfigSet::load(&configs_path).context("loading configs (create them with `perfmodel zoo sample`)")?;
     if set.batch_sizes != profile.batch_sizes {
         progress.note(&format!(
             "{} lists batch sizes {:?}; device '{}' measures its profile's batch sizes {:?}",
@@ -179,8 +178,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .layers
             .iter()
             .map(|l| {
-                LayerType::parse(l.trim())
-                    .ok_or_else(|| anyhow::anyhow!("--layers: unknown layer type '{l}' (known: {})", LayerType::names_list()))
+                LayerType::parse(l.trim()).ok_or_else(|| {
+                    anyhow::anyhow!("--layers: unknown layer type '{l}' (known: {})", LayerType::names_list())
+                })
             })
             .collect();
         Some(parsed?)
@@ -189,7 +189,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(s) => Some(Shard::parse(s)?),
         None => Shard::from_slurm(|k| std::env::var(k).ok())?,
     };
-    let options = CollectOptions { data_dir, layers, max_samples: args.max_samples, time_budget: args.time_budget, shard };
+    let options =
+        CollectOptions { data_dir, layers, max_samples: args.max_samples, time_budget: args.time_budget, shard };
     let configs: Vec<_> = set.configs.into_iter().map(|c| c.config).collect();
     let summary = collect::collect(&profile, &executor, &configs, &options, &mut progress)?;
     progress.bar.finish_and_clear();
@@ -202,7 +203,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         summary.elapsed.as_secs_f64(),
         summary.device_dir.display()
     );
-    println!("{:<18} {:>6} {:>9} {:>7} {:>10} {:>16}", "layer type", "ok", "unstable", "failed", "rows", "median ms (run)");
+    println!(
+        "{:<18} {:>6} {:>9} {:>7} {:>10} {:>16}",
+        "layer type", "ok", "unstable", "failed", "rows", "median ms (run)"
+    );
     for t in &summary.types {
         let median = t.median_latency_ms.map(|m| format!("{m:.4}")).unwrap_or_else(|| "-".into());
         println!(

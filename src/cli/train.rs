@@ -5,7 +5,7 @@ use super::default_dir;
 use indicatif::{ProgressBar, ProgressStyle};
 use perfmodel::layer::LayerType;
 use perfmodel::metric::Metric;
-use perfmodel::train::cv::SelectBy;
+use perfmodel::train::cv::{SelectBy, METHODS};
 use perfmodel::train::pipeline::{self, TrainOptions};
 use perfmodel::train::report;
 use perfmodel::Error;
@@ -40,6 +40,9 @@ pub struct Args {
     /// Fraction of rows the isolation forest removes before training (0 disables it)
     #[arg(long, default_value_t = 0.02)]
     contamination: f64,
+    /// Only these method families, comma-separated: ert, xgb, tree, knn, linear (default: all)
+    #[arg(long, value_delimiter = ',')]
+    methods: Vec<String>,
     /// Also run the learning-curve study (15 growing training subsets against a fixed validation set)
     #[arg(long)]
     learning_curve: bool,
@@ -67,6 +70,9 @@ fn options(args: &Args) -> Result<TrainOptions, Error> {
             })
             .collect::<Result<Vec<_>, _>>()?
     };
+    if let Some(unknown) = args.methods.iter().find(|m| !METHODS.contains(&m.as_str())) {
+        return Err(Error::Invalid(format!("--methods: unknown method '{unknown}' (known: {})", METHODS.join(", "))));
+    }
     let select_by = SelectBy::parse(&args.select_by)
         .ok_or_else(|| Error::Invalid(format!("--select-by: expected mape, mae or r2, got '{}'", args.select_by)))?;
     if args.folds < 2 {
@@ -83,6 +89,7 @@ fn options(args: &Args) -> Result<TrainOptions, Error> {
         select_by,
         contamination: args.contamination,
         learning_curve: args.learning_curve,
+        methods: args.methods.clone(),
     })
 }
 

@@ -163,7 +163,10 @@ impl DeviceProfile {
         p.name = name.to_string();
         let bad = |field: &str, why: &str| fail(format!("{}: field '{field}': {why}", path.display()));
         if !EXECUTORS.contains(&p.executor.as_str()) {
-            return Err(bad("executor", &format!("unknown executor '{}' (known: {})", p.executor, EXECUTORS.join(", "))));
+            return Err(bad(
+                "executor",
+                &format!("unknown executor '{}' (known: {})", p.executor, EXECUTORS.join(", ")),
+            ));
         }
         if p.threads == 0 {
             return Err(bad("threads", "must be at least 1"));
@@ -182,10 +185,7 @@ impl DeviceProfile {
         if pr.group_size == 0 {
             return Err(bad("protocol.group_size", "must be at least 1"));
         }
-        for (field, v) in [
-            ("protocol.per_sample_timeout_s", pr.per_sample_timeout_s),
-            ("protocol.max_cv", pr.max_cv),
-        ] {
+        for (field, v) in [("protocol.per_sample_timeout_s", pr.per_sample_timeout_s), ("protocol.max_cv", pr.max_cv)] {
             if !(v.is_finite() && v > 0.0) {
                 return Err(bad(field, "must be a positive number"));
             }

@@ -35,7 +35,8 @@ impl Shard {
     pub fn parse(text: &str) -> Result<Shard> {
         let bad = || Error::Invalid(format!("--shard: expected i/n with 0 <= i < n (e.g. 0/4), got '{text}'"));
         let (i, n) = text.split_once('/').ok_or_else(bad)?;
-        let (index, count) = (i.trim().parse::<usize>().map_err(|_| bad())?, n.trim().parse::<usize>().map_err(|_| bad())?);
+        let (index, count) =
+            (i.trim().parse::<usize>().map_err(|_| bad())?, n.trim().parse::<usize>().map_err(|_| bad())?);
         if count == 0 || index >= count {
             return Err(bad());
         }
@@ -53,9 +54,9 @@ impl Shard {
         };
         let min = var("SLURM_ARRAY_TASK_MIN").map(|m| num("SLURM_ARRAY_TASK_MIN", &m)).transpose()?.unwrap_or(0);
         let (id, count) = (num("SLURM_ARRAY_TASK_ID", &id)?, num("SLURM_ARRAY_TASK_COUNT", &count)?);
-        let index = id.checked_sub(min).ok_or_else(|| {
-            Error::Invalid(format!("SLURM_ARRAY_TASK_ID {id} is below SLURM_ARRAY_TASK_MIN {min}"))
-        })?;
+        let index = id
+            .checked_sub(min)
+            .ok_or_else(|| Error::Invalid(format!("SLURM_ARRAY_TASK_ID {id} is below SLURM_ARRAY_TASK_MIN {min}")))?;
         Shard::parse(&format!("{index}/{count}")).map(Some)
     }
 
@@ -185,9 +186,8 @@ impl<'a> Meter<'a> {
                 sensors
             }
             Err(why) => {
-                observer.note(&format!(
-                    "power: unavailable on this device ({why}); collecting latency and memory only"
-                ));
+                observer
+                    .note(&format!("power: unavailable on this device ({why}); collecting latency and memory only"));
                 Vec::new()
             }
         };
@@ -259,7 +259,9 @@ impl<'a> Meter<'a> {
         let run_s = fastest.as_secs_f64().max(1e-9);
         unit.inner = ((p.min_window_ms / 1e3 / run_s).ceil() as usize).clamp(1, 100_000);
         unit.repetitions = match p.max_measure_s {
-            Some(cap) => ((cap / (p.rounds as f64 * run_s * unit.inner as f64)) as usize).clamp(2, p.repetitions.max(2)),
+            Some(cap) => {
+                ((cap / (p.rounds as f64 * run_s * unit.inner as f64)) as usize).clamp(2, p.repetitions.max(2))
+            }
             None => p.repetitions,
         };
         unit.workload = Some(workload);
@@ -347,7 +349,10 @@ impl<'a> Meter<'a> {
             s.rounds = self.profile.protocol.rounds as u64;
             s.tukey_outliers = sp.tukey_outliers;
             (s.status, s.reason) = if sp.robust_cv > max_cv {
-                let why = format!("robust CV (1.4826 MAD/median) {:.3} above {max_cv} after one re-measurement", sp.robust_cv);
+                let why = format!(
+                    "robust CV (1.4826 MAD/median) {:.3} above {max_cv} after one re-measurement",
+                    sp.robust_cv
+                );
                 (Status::Unstable, why)
             } else {
                 (Status::Ok, String::new())
@@ -431,29 +436,14 @@ pub fn collect(
 
     let mut writers: BTreeMap<LayerType, SampleWriter> = BTreeMap::new();
     for g in &groups {
-        let t = g[0].layer_type;
-        if !writers.contains_key(&t) {
-            let w = SampleWriter::open(&data::file_path(&device_dir, t))?;
+        if let std::collections::btree_map::Entry::Vacant(slot) = writers.entry(g[0].layer_type) {
+            let w = SampleWriter::open(&data::file_path(&device_dir, g[0].layer_type))?;
             if let Some(note) = w.repair_note() {
                 observer.note(note);
             }
-            writers.insert(t, w);
+            slot.insert(w);
         }
     }
-    let failed_keys: HashSet<String> = {
-        let mut keys = HashSet::new();
-        for (t, w) in &writers {
-            if !w.is_empty() {
-                for s in data::read_samples(w.path())? {
-                    if s.status == Status::Failed {
-                        keys.insert(s.key);
-                    }
-                    debug_assert_eq!(s.layer_type, *t);
-                }
-            }
-        }
-        keys
-    };
     // Drop what is recorded; a recorded failure ends its config's batch sizes.
     let pending: Vec<VecDeque<Sample>> = groups
         .into_iter()
@@ -461,12 +451,10 @@ pub fn collect(
             let w = &writers[&g[0].layer_type];
             let mut left = VecDeque::new();
             for s in g {
-                if failed_keys.contains(&s.key) {
-                    left.clear();
-                    break;
-                }
-                if !w.contains(&s.key) {
-                    left.push_back(s);
+                match w.status(&s.key) {
+                    Some(Status::Failed) => return VecDeque::new(),
+                    Some(_) => {}
+                    None => left.push_back(s),
                 }
             }
             left
@@ -613,9 +601,14 @@ mod tests {
             move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
         };
         assert_eq!(Shard::from_slurm(env(&[])).unwrap(), None);
-        let s = Shard::from_slurm(env(&[("SLURM_ARRAY_TASK_ID", "3"), ("SLURM_ARRAY_TASK_COUNT", "3"), ("SLURM_ARRAY_TASK_MIN", "1")]));
+        let s = Shard::from_slurm(env(&[
+            ("SLURM_ARRAY_TASK_ID", "3"),
+            ("SLURM_ARRAY_TASK_COUNT", "3"),
+            ("SLURM_ARRAY_TASK_MIN", "1"),
+        ]));
         assert_eq!(s.unwrap(), Some(Shard { index: 2, count: 3 }));
-        let keys: Vec<String> = (0..200u64).map(|i| format!("{:016x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15))).collect();
+        let keys: Vec<String> =
+            (0..200u64).map(|i| format!("{:016x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15))).collect();
         let shards: Vec<Shard> = (0..3).map(|i| Shard { index: i, count: 3 }).collect();
         for k in &keys {
             assert_eq!(shards.iter().filter(|s| s.contains(k)).count(), 1);

@@ -284,8 +284,9 @@ pub fn hwmon_sensor(root: &Path, chip: Option<&str>, window: Duration) -> Box<dy
                     }
                 }
             }
-            (energy.is_empty() && power.is_empty())
-                .then(|| format!("no power*_input or energy*_input files in the hwmon chips under {}{what}", root.display()))
+            (energy.is_empty() && power.is_empty()).then(|| {
+                format!("no power*_input or energy*_input files in the hwmon chips under {}{what}", root.display())
+            })
         }
     };
     if !energy.is_empty() {
@@ -333,7 +334,14 @@ pub fn nvml_sensor(index: u32, library: Option<&Path>) -> Box<dyn Sensor> {
         Ok(mw as f64 * 1e-3)
     });
     // NVML's power reading is averaged by the driver over about 1/6 s.
-    Box::new(PollingSensor { label, read, window: Duration::from_millis(200), readings: vec![], last_poll: None, problem })
+    Box::new(PollingSensor {
+        label,
+        read,
+        window: Duration::from_millis(200),
+        readings: vec![],
+        last_poll: None,
+        problem,
+    })
 }
 
 /// NVIDIA device memory in use (bytes) through NVML, for GPU executors.
@@ -388,15 +396,10 @@ fn run_meter(command: &str, unit: &str, label: &str) -> Result<f64> {
 pub fn command_sensor(command: &str, unit: &str, window: Duration) -> Box<dyn Sensor> {
     let label = format!("command `{command}` ({unit})");
     if unit == "J" {
-        return Box::new(CommandEnergySensor {
-            label,
-            command: command.to_string(),
-            window,
-            start: None,
-        });
+        return Box::new(CommandEnergySensor { label, command: command.to_string(), window, start: None });
     }
     let (read_label, cmd) = (label.clone(), command.to_string());
-    let mut read = Box::new(move || run_meter(&cmd, "W", &read_label));
+    let read = Box::new(move || run_meter(&cmd, "W", &read_label));
     let problem = read().err().map(|e| match e {
         Error::Sensor { message, .. } => message,
         other => other.to_string(),

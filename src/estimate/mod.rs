@@ -238,7 +238,7 @@ impl Estimator {
         let mut layers = Vec::with_capacity(n);
         let mut steps = Vec::with_capacity(n);
         let mut uncovered = Vec::new();
-        let mut missing_power = 0usize;
+        let (mut missing_power, mut missing_memory) = (0usize, 0usize);
         let mut all_weight_bytes = 0u64;
         for (i, layer) in net.layers.iter().enumerate() {
             let layer_type = layer.op.layer_type();
@@ -270,8 +270,9 @@ impl Estimator {
                         row.latency_ms = Some(p.latency_ms);
                         row.power_w = p.power_w;
                         row.predictor = p.predictor;
-                        if let Some(m) = p.memory_mib {
-                            workspace_bytes = ((m * MIB) as u64).saturating_sub(io_bytes + weight_bytes);
+                        match p.memory_mib {
+                            Some(m) => workspace_bytes = ((m * MIB) as u64).saturating_sub(io_bytes + weight_bytes),
+                            None => missing_memory += 1,
                         }
                     }
                     None => match self.memory_bandwidth_gbs {
@@ -328,7 +329,7 @@ impl Estimator {
                 2.0 * executed.iter().sum::<f64>() / executed.len() as f64
             },
         };
-        let notes = self.notes(&uncovered, missing_power);
+        let notes = self.notes(&uncovered, missing_power, missing_memory);
         Ok(Estimate {
             network: net.name.clone(),
             device: self.device.clone(),
@@ -341,7 +342,7 @@ impl Estimator {
         })
     }
 
-    fn notes(&self, uncovered: &[Uncovered], missing_power: usize) -> Vec<String> {
+    fn notes(&self, uncovered: &[Uncovered], missing_power: usize, missing_memory: usize) -> Vec<String> {
         let mut notes = Vec::new();
         let how = format!("device '{}' (method {})", self.device, self.method.name());
         if !uncovered.is_empty() {
@@ -364,6 +365,10 @@ impl Estimator {
         if !self.has_memory {
             notes.push(format!(
                 "{how} has no memory model: layer memory and peak memory count tensors and weights only, without workspace"
+            ));
+        } else if missing_memory > 0 {
+            notes.push(format!(
+                "{missing_memory} layer(s) have no memory prediction for {how}: their workspace is not counted"
             ));
         }
         notes

@@ -94,14 +94,19 @@ impl Candidate {
     }
 }
 
-/// The default search space: each method with a few tree-size bounds (which also bound the store size), with
-/// and without a log target. `seed` makes the randomised methods reproducible.
+/// Method families of [`default_candidates`].
+pub const METHODS: [&str; 5] = ["ert", "xgb", "tree", "knn", "linear"];
+
+/// The default search space: each method with a few tree-size bounds, with and without a log target. Ensemble
+/// sizes are kept small on purpose: a prediction walks every tree, and estimation wants a single-layer prediction
+/// in microseconds and a store of a few megabytes; the minimum leaf sizes bound the trees' size and depth.
+/// `seed` makes the randomised methods reproducible.
 pub fn default_candidates(seed: u64) -> Vec<Candidate> {
+    let ert = ExtraTrees::default().with_n_trees(24).with_seed(seed);
     let estimators: Vec<Arc<dyn Estimator>> = vec![
-        Arc::new(ExtraTrees::default().with_min_samples_leaf(1).with_seed(seed)),
-        Arc::new(ExtraTrees::default().with_min_samples_leaf(3).with_seed(seed)),
-        Arc::new(GradientBoosting::default().with_seed(seed)),
-        Arc::new(GradientBoosting::default().with_max_depth(4).with_min_child_weight(3).with_seed(seed)),
+        Arc::new(ert.clone().with_min_samples_leaf(1)),
+        Arc::new(ert.with_min_samples_leaf(4)),
+        Arc::new(GradientBoosting::default().with_n_estimators(60).with_max_depth(5).with_learning_rate(0.25).with_seed(seed)),
         Arc::new(DecisionTree::default().with_min_samples_leaf(1)),
         Arc::new(DecisionTree::default().with_min_samples_leaf(4)),
         Arc::new(NearestNeighbors::default()),
@@ -158,6 +163,8 @@ pub struct Evaluation {
     pub scores: Scores,
     /// Out-of-fold predictions, row order of the input.
     pub predicted: Vec<f64>,
+    /// Wall time of fitting and predicting all folds.
+    pub seconds: f64,
 }
 
 /// The outcome of selection for one data set.
@@ -187,6 +194,7 @@ pub fn select(
     for candidate in candidates {
         let label = candidate.label();
         progress(&label);
+        let started = std::time::Instant::now();
         let outcome = if candidate.log_target && !positive {
             Err("skipped: log target needs positive values".to_string())
         } else {
@@ -199,12 +207,13 @@ pub fn select(
                 if best.is_none_or(|(_, b)| loss < b) {
                     best = Some((evaluations.len(), loss));
                 }
-                evaluations.push(Evaluation { label, scores: s, predicted });
+                evaluations.push(Evaluation { label, scores: s, predicted, seconds: started.elapsed().as_secs_f64() });
             }
             Err(reason) => evaluations.push(Evaluation {
                 label: format!("{label} ({reason})"),
                 scores: Scores { r2: f64::NAN, mae: f64::NAN, medae: f64::NAN, mape: f64::NAN, maxe: f64::NAN },
                 predicted: vec![],
+                seconds: started.elapsed().as_secs_f64(),
             }),
         }
     }

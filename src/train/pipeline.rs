@@ -31,6 +31,8 @@ pub struct TrainOptions {
     /// Fraction of rows the isolation forest removes before training (0 = none).
     pub contamination: f64,
     pub learning_curve: bool,
+    /// Method families to try (`ert`, `xgb`, `tree`, `knn`, `linear`); empty = all.
+    pub methods: Vec<String>,
 }
 
 impl Default for TrainOptions {
@@ -43,6 +45,7 @@ impl Default for TrainOptions {
             select_by: SelectBy::Mape,
             contamination: 0.02,
             learning_curve: false,
+            methods: vec![],
         }
     }
 }
@@ -279,7 +282,17 @@ pub fn train_device(
             message: format!("no data files in {}", data_dir.join(device).display()),
         });
     }
-    let candidates = cv::default_candidates(options.seed);
+    let candidates: Vec<Candidate> = cv::default_candidates(options.seed)
+        .into_iter()
+        .filter(|c| options.methods.is_empty() || options.methods.iter().any(|m| m == c.estimator.method()))
+        .collect();
+    if candidates.is_empty() {
+        return Err(Error::Invalid(format!(
+            "no candidate methods among {:?} (known: {})",
+            options.methods,
+            cv::METHODS.join(", ")
+        )));
+    }
     let total = layer_types.len() * options.metrics.len();
     let mut results = Vec::new();
     let mut skipped = Vec::new();

@@ -109,19 +109,23 @@ pub fn markdown(run: &TrainRun, bench: &StoreBench, options_line: &str) -> Strin
             r.chosen().label,
             &r.data_hash[..16]
         );
-        let _ = writeln!(md, "| candidate | MAPE % | R² | MAE | MedAE | MaxE |\n| --- | ---: | ---: | ---: | ---: | ---: |");
+        let _ = writeln!(
+            md,
+            "| candidate | MAPE % | R² | MAE | MedAE | MaxE | CV s |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+        );
         for (i, e) in r.evaluations.iter().enumerate() {
             let mark = if i == r.best { " ✔" } else { "" };
             let s = &e.scores;
             let _ = writeln!(
                 md,
-                "| {}{mark} | {} | {} | {} | {} | {} |",
+                "| {}{mark} | {} | {} | {} | {} | {} | {:.2} |",
                 e.label,
                 fmt_num(s.mape),
                 fmt_num(s.r2),
                 fmt_num(s.mae),
                 fmt_num(s.medae),
-                fmt_num(s.maxe)
+                fmt_num(s.maxe),
+                e.seconds
             );
         }
         if !r.removed.is_empty() {

@@ -299,3 +299,182 @@ impl ModelStore {
             .sum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::cv::default_candidates;
+    use crate::train::model::Predictor;
+
+    const _: () = {
+        const fn shareable<T: Send + Sync>() {}
+        shareable::<ModelStore>();
+    };
+
+    /// Dense-layer feature rows with a target that depends on them.
+    fn data() -> (Vec<Vec<f64>>, Vec<f64>) {
+        let n = LayerType::Dense.feature_names().len();
+        let x: Vec<Vec<f64>> = (0..120)
+            .map(|i| (0..n).map(|j| ((i * 7 + j * 13) % 31) as f64 + (i % 5) as f64 * j as f64).collect())
+            .collect();
+        let y = x.iter().map(|r| 0.5 + r[1] * r[2] / 10.0).collect();
+        (x, y)
+    }
+
+    /// Fit every candidate method, save the predictors as a store, return (models dir, predictors).
+    fn saved_store() -> (tempfile::TempDir, Vec<(LayerType, Metric, Predictor)>) {
+        let (x, y) = data();
+        let candidates = default_candidates(7);
+        let dir = tempfile::tempdir().unwrap();
+        // One model per candidate family, spread over (layer type, metric) slots so each gets its own file.
+        let slots = [
+            (LayerType::Dense, Metric::Latency),
+            (LayerType::Dense, Metric::Power),
+            (LayerType::Dense, Metric::Memory),
+            (LayerType::Conv2d, Metric::Latency),
+            (LayerType::Conv2d, Metric::Power),
+        ];
+        let mut files = Vec::new();
+        let mut entries = Vec::new();
+        let mut saved = Vec::new();
+        let mut feature_names = BTreeMap::new();
+        for (slot, method) in slots.iter().zip(crate::train::cv::METHODS) {
+            let candidate = candidates.iter().find(|c| c.estimator.method() == method && c.log_target).unwrap();
+            let (layer_type, metric) = *slot;
+            // Conv2d has more features than our dense rows: pad with zeros.
+            let width = layer_type.feature_names().len();
+            let rows: Vec<Vec<f64>> = x.iter().map(|r| (0..width).map(|j| r.get(j).copied().unwrap_or(0.0)).collect()).collect();
+            let predictor = candidate.fit(&rows, &y).unwrap();
+            feature_names.insert(layer_type.as_str().to_string(), layer_type.feature_names());
+            entries.push(ModelEntry {
+                layer_type: layer_type.as_str().into(),
+                metric: metric.as_str().into(),
+                file: model_file_name(layer_type, metric),
+                file_sha256: String::new(),
+                method: predictor.method().into(),
+                samples: rows.len(),
+                removed_outliers: 0,
+                data_hash: "test".into(),
+                cv: Scores::default(),
+            });
+            files.push(ModelFile::new(layer_type, metric, predictor.clone()));
+            saved.push((layer_type, metric, predictor));
+        }
+        let mut manifest = Manifest {
+            format_version: FORMAT_VERSION,
+            perfmodel_version: crate::VERSION.into(),
+            device: "dev".into(),
+            feature_names,
+            data_hash: "test".into(),
+            models: entries,
+        };
+        ModelStore::save(dir.path(), &mut manifest, &files).unwrap();
+        (dir, saved)
+    }
+
+    #[test]
+    fn saved_and_loaded_models_predict_exactly_the_same() {
+        let (dir, saved) = saved_store();
+        let store = ModelStore::open(dir.path(), "dev").unwrap();
+        let (x, _) = data();
+        for (layer_type, metric, predictor) in &saved {
+            let loaded = store.predictor(*layer_type, *metric).unwrap();
+            assert_eq!(loaded, predictor);
+            let width = layer_type.feature_names().len();
+            for r in &x {
+                let row: Vec<f64> = (0..width).map(|j| r.get(j).copied().unwrap_or(0.0)).collect();
+                assert_eq!(loaded.predict(&row).to_bits(), predictor.predict(&row).to_bits(), "{}", predictor.method());
+            }
+        }
+        assert_eq!(store.layer_types(), vec![LayerType::Conv2d, LayerType::Dense]);
+        assert!(store.predictor(LayerType::Dense, Metric::Latency).unwrap().method().ends_with("+log"));
+    }
+
+    fn expect_model_error(dir: &Path, needle: &str, file: &str) {
+        match ModelStore::open(dir, "dev") {
+            Err(Error::Model { path, message }) => {
+                assert!(path.ends_with(file), "{} should name {file}", path.display());
+                assert!(message.contains(needle), "'{message}' should contain '{needle}'");
+            }
+            other => panic!("expected a model error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn tampered_file_is_refused() {
+        let (dir, _) = saved_store();
+        let path = dir.path().join("dev/dense/latency.bin");
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x40;
+        std::fs::write(&path, &bytes).unwrap();
+        expect_model_error(dir.path(), "does not match the manifest", "dense/latency.bin");
+    }
+
+    /// Rewrite one model file (and its manifest hash) after changing its content with `edit`.
+    fn rewrite(dir: &Path, edit: impl Fn(&mut ModelFile)) {
+        let path = dir.join("dev/dense/power.bin");
+        let bytes = std::fs::read(&path).unwrap();
+        let (mut file, _): (ModelFile, usize) = bincode::serde::decode_from_slice(&bytes, bincode_config()).unwrap();
+        edit(&mut file);
+        let bytes = file.encode().unwrap();
+        std::fs::write(&path, &bytes).unwrap();
+        let manifest_file = dir.join("dev/manifest.json");
+        let mut manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(&manifest_file).unwrap()).unwrap();
+        for e in &mut manifest.models {
+            if e.file == "dense/power.bin" {
+                e.file_sha256 = sha256_hex(&bytes);
+            }
+        }
+        std::fs::write(&manifest_file, serde_json::to_string(&manifest).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn mismatched_feature_names_are_refused() {
+        let (dir, _) = saved_store();
+        rewrite(dir.path(), |f| f.feature_names[1] = "in_channels".into());
+        expect_model_error(dir.path(), "trained on different dense features (feature #1 is 'in_channels'", "power.bin");
+        let (dir, _) = saved_store();
+        let manifest_file = dir.path().join("dev/manifest.json");
+        let text = std::fs::read_to_string(&manifest_file).unwrap().replacen("\"units\"", "\"neurons\"", 1);
+        std::fs::write(&manifest_file, text).unwrap();
+        expect_model_error(dir.path(), "trained on different dense features", "manifest.json");
+    }
+
+    #[test]
+    fn other_versions_are_refused() {
+        let (dir, _) = saved_store();
+        rewrite(dir.path(), |f| f.perfmodel_version = "0.0.1".into());
+        expect_model_error(dir.path(), "written by perfmodel 0.0.1", "power.bin");
+        let (dir, _) = saved_store();
+        rewrite(dir.path(), |f| f.format_version = FORMAT_VERSION + 1);
+        expect_model_error(dir.path(), "model format version", "power.bin");
+        let (dir, _) = saved_store();
+        let manifest_file = dir.path().join("dev/manifest.json");
+        let text = std::fs::read_to_string(&manifest_file).unwrap();
+        let text = text.replacen(&format!("\"format_version\": {FORMAT_VERSION}"), "\"format_version\": 99", 1);
+        std::fs::write(&manifest_file, text).unwrap();
+        expect_model_error(dir.path(), "model format version 99", "manifest.json");
+    }
+
+    #[test]
+    fn truncated_file_and_missing_store_are_clear_errors() {
+        let (dir, _) = saved_store();
+        rewrite(dir.path(), |_| {});
+        let path = dir.path().join("dev/dense/power.bin");
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+        // The hash check comes first; with a matching hash the decoder must still refuse the truncated file.
+        let manifest_file = dir.path().join("dev/manifest.json");
+        let mut manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(&manifest_file).unwrap()).unwrap();
+        for e in &mut manifest.models {
+            if e.file == "dense/power.bin" {
+                e.file_sha256 = sha256_hex(&bytes[..bytes.len() / 2]);
+            }
+        }
+        std::fs::write(&manifest_file, serde_json::to_string(&manifest).unwrap()).unwrap();
+        expect_model_error(dir.path(), "not a valid perfmodel model file", "power.bin");
+        let empty = tempfile::tempdir().unwrap();
+        expect_model_error(empty.path(), "no trained models for device 'dev'", "manifest.json");
+    }
+}

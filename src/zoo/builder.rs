@@ -255,3 +255,35 @@ impl Builder {
         self.net
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keras_rounding_and_padding_helpers() {
+        assert_eq!(make_divisible(4.0, 8), 8);
+        assert_eq!(make_divisible(72.0, 8), 72);
+        assert_eq!(make_divisible(2.3 * 80.0, 8), 184);
+        assert_eq!(make_divisible(35.0, 8), 32);
+        assert_eq!(make_divisible(9.0, 8), 16);
+        assert_eq!(correct_pad([112, 112], 3), [0, 1, 0, 1]);
+        assert_eq!(correct_pad([15, 15], 5), [2, 2, 2, 2]);
+    }
+
+    #[test]
+    fn builder_tracks_shapes_and_writes_implicit_inputs() {
+        let mut b = Builder::new("t", vec![3, 8, 8]);
+        let a = b.conv("a", conv(4, 3).same());
+        let c = b.conv("c", conv(4, 1));
+        b.add("sum", &[a.clone(), c]);
+        b.at(&a);
+        b.max_pool("p", 2, 2, Padding::Valid);
+        assert_eq!(b.shape("p"), vec![4, 4, 4]);
+        let net = b.finish();
+        assert!(net.layers[0].inputs.is_empty() && net.layers[1].inputs.is_empty());
+        assert_eq!(net.layers[2].inputs, vec!["a".to_string(), "c".to_string()]);
+        assert_eq!(net.layers[3].inputs, vec!["a".to_string()]);
+        assert_eq!(net.analyze().unwrap().output_shapes[3], vec![4, 4, 4]);
+    }
+}

@@ -1,0 +1,284 @@
+//! `perfmodel collect` end to end, with tiny layers and protocols so each test takes seconds.
+
+use perfmodel::data::{self, Status};
+use perfmodel::layer::{LayerConfig, LayerType};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+struct Setup {
+    dir: tempfile::TempDir,
+}
+
+impl Setup {
+    /// A temp dir with a `tiny` device profile (batch sizes [1, 2], power sensor pointing at a missing tree) and
+    /// `configs.json` holding `configs`.
+    fn new(configs: &[Value], timeout_s: f64) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let collectors = dir.path().join("collectors");
+        std::fs::create_dir_all(&collectors).unwrap();
+        let profile = format!(
+            "description = \"tiny test device\"\nexecutor = \"tract\"\nthreads = 1\nbatch_sizes = [2, 1]\n\
+             [protocol]\nburn_in_runs = 1\nrepetitions = 2\nrounds = 2\ngroup_size = 2\n\
+             per_sample_timeout_s = {timeout_s:e}\nmin_window_ms = 0\nmax_cv = 0.5\n\
+             [power]\nsensors = [{{ kind = \"rapl\", root = \"{}\" }}]\n",
+            dir.path().join("no-powercap").display()
+        );
+        std::fs::write(collectors.join("tiny.toml"), profile).unwrap();
+        let set = json!({
+            "seed": 1,
+            "batch_sizes": [1, 2],
+            "configs": configs.iter().map(|c| json!({"config": c, "source": "test", "count": 1})).collect::<Vec<_>>(),
+        });
+        std::fs::write(dir.path().join("configs.json"), serde_json::to_string(&set).unwrap()).unwrap();
+        Setup { dir }
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+
+    fn command(&self, extra: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_perfmodel"));
+        c.current_dir(self.dir.path()).arg("collect");
+        for (flag, default) in [
+            ("--device", "tiny"),
+            ("--configs", "configs.json"),
+            ("--data-dir", "data"),
+            ("--collectors-dir", "collectors"),
+        ] {
+            if !extra.contains(&flag) {
+                c.args([flag, default]);
+            }
+        }
+        c.args(extra).env_remove("SLURM_ARRAY_TASK_ID").env_remove("SLURM_ARRAY_TASK_COUNT");
+        c
+    }
+
+    fn run(&self, extra: &[&str]) -> Output {
+        self.command(extra).output().unwrap()
+    }
+
+    fn rows(&self, device_dir: &str) -> BTreeMap<LayerType, Vec<data::Sample>> {
+        let dir = self.path(device_dir);
+        data::read_device(dir.parent().unwrap(), dir.file_name().unwrap().to_str().unwrap()).unwrap()
+    }
+}
+
+fn text(out: &Output) -> String {
+    format!("stdout:\n{}\nstderr:\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+fn dense(features: usize, units: usize) -> Value {
+    json!({"type": "dense", "units": units, "input_shapes": [[features]], "batch_size": 1})
+}
+
+fn small_mix() -> Vec<Value> {
+    vec![
+        json!({"type": "conv2d", "filters": 4, "kernel": [3, 3], "padding": "same", "input_shapes": [[3, 8, 8]]}),
+        json!({"type": "depthwise_conv2d", "kernel": [3, 3], "input_shapes": [[4, 8, 8]]}),
+        dense(16, 8),
+        json!({"type": "max_pool2d", "pool_size": [2, 2], "input_shapes": [[4, 8, 8]]}),
+    ]
+}
+
+/// Keys every config should produce at batch sizes 1 and 2.
+fn expected_keys(configs: &[Value]) -> HashSet<String> {
+    let mut keys = HashSet::new();
+    for c in configs {
+        for batch in [1, 2] {
+            let mut cfg = LayerConfig::from_json(c).unwrap();
+            cfg.batch = batch;
+            keys.insert(cfg.key().unwrap());
+        }
+    }
+    keys
+}
+
+fn all_keys(rows: &BTreeMap<LayerType, Vec<data::Sample>>) -> Vec<String> {
+    rows.values().flatten().map(|s| s.key.clone()).collect()
+}
+
+#[test]
+fn small_collection_writes_valid_rows_and_says_power_is_unavailable_once() {
+    let configs = small_mix();
+    let s = Setup::new(&configs, 5.0);
+    let out = s.run(&[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("power: unavailable on this device (").count(), 1, "{}", text(&out));
+    assert!(stderr.contains("no powercap/RAPL interface"), "{}", text(&out));
+    let rows = s.rows("data/tiny");
+    let keys = all_keys(&rows);
+    assert_eq!(keys.iter().cloned().collect::<HashSet<_>>(), expected_keys(&configs));
+    assert_eq!(keys.len(), 8);
+    for sample in rows.values().flatten() {
+        assert_ne!(sample.status, Status::Failed, "{sample:?}");
+        assert!(sample.latency_ms.unwrap() > 0.0 && sample.latency_mad_ms.is_some() && sample.latency_cv.is_some());
+        assert_eq!((sample.repetitions, sample.rounds), (4, 2));
+        assert!(sample.memory_mib.unwrap() > 0.0, "the binary's counting allocator measures memory");
+        assert_eq!((sample.power_w, sample.energy_mj), (None, None));
+        assert_eq!(sample.features, sample.config.features().unwrap());
+        assert!(sample.engine.starts_with("tract ") && sample.threads == 1);
+        assert!(sample.output_bytes > 0);
+    }
+    let header = std::fs::read_to_string(s.path("data/tiny/dense.csv")).unwrap();
+    assert_eq!(header.lines().next().unwrap(), data::header(LayerType::Dense).join(","));
+    assert!(s.path("data/tiny/profile.toml").is_file());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("complete: every config is measured"), "{}", text(&out));
+
+    // A rerun has nothing left to do.
+    let again = s.run(&[]);
+    assert!(String::from_utf8_lossy(&again.stderr).contains("0 samples to measure"), "{}", text(&again));
+    assert_eq!(all_keys(&s.rows("data/tiny")).len(), 8);
+
+    // Repeatability: re-measure stored samples in a fresh process.
+    let re = s.run(&["--remeasure", "3"]);
+    assert!(re.status.success(), "{}", text(&re));
+    assert!(String::from_utf8_lossy(&re.stdout).contains("re-measured 3 samples"), "{}", text(&re));
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(s.path("data/tiny/repeatability.json")).unwrap()).unwrap();
+    assert_eq!(report["samples"].as_array().unwrap().len(), 3);
+    assert!(
+        report["p90_relative_difference"].as_f64().unwrap() >= report["median_relative_difference"].as_f64().unwrap()
+    );
+}
+
+#[test]
+fn kill_then_rerun_leaves_no_duplicate_and_no_gap_and_repairs_a_torn_line() {
+    let configs: Vec<Value> = (0..40).map(|i| dense(64 + 8 * i, 32 + i)).collect();
+    let s = Setup::new(&configs, 5.0);
+    let mut child =
+        s.command(&[]).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let csv = s.path("data/tiny/dense.csv");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::read_to_string(&csv).map(|t| t.lines().count()).unwrap_or(0) < 6 {
+        assert!(std::time::Instant::now() < deadline, "collector wrote nothing");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let before = data::read_samples(&csv).map(|r| r.len()).unwrap_or_else(|e| panic!("after kill -9: {e}"));
+    assert!(before < 80, "the collector finished before it was killed");
+    // Simulate a crash in the middle of a write: a torn last line.
+    let mut bytes = std::fs::read(&csv).unwrap();
+    bytes.extend_from_slice(b"0123456789abcdef,dense,\"{\"\"type\"\":\"\"den");
+    std::fs::write(&csv, bytes).unwrap();
+    assert!(data::read_samples(&csv).unwrap_err().to_string().contains("incomplete last line"));
+
+    let out = s.run(&[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("repaired: removed the damaged last line"), "{}", text(&out));
+    let keys = all_keys(&s.rows("data/tiny"));
+    let unique: HashSet<String> = keys.iter().cloned().collect();
+    assert_eq!(keys.len(), unique.len(), "duplicate rows");
+    assert_eq!(unique, expected_keys(&configs), "missing rows");
+}
+
+#[test]
+fn shards_are_disjoint_cover_everything_and_merge_without_duplicates() {
+    let configs: Vec<Value> = (0..9).map(|i| dense(8 + i, 4)).chain(small_mix()).collect();
+    let s = Setup::new(&configs, 5.0);
+    let mut seen: Vec<HashSet<String>> = Vec::new();
+    for i in 0..3 {
+        let shard = format!("{i}/3");
+        let out = s.run(&["--shard", &shard]);
+        assert!(out.status.success(), "{}", text(&out));
+        seen.push(all_keys(&s.rows(&format!("data/tiny/shard-{i}-of-3"))).into_iter().collect());
+    }
+    for a in 0..3 {
+        for b in a + 1..3 {
+            assert!(seen[a].is_disjoint(&seen[b]), "shards {a} and {b} overlap");
+        }
+    }
+    let union: HashSet<String> = seen.iter().flatten().cloned().collect();
+    assert_eq!(union, expected_keys(&configs));
+
+    // SLURM job arrays select the same slice.
+    let out = s
+        .command(&["--data-dir", "slurm"])
+        .env("SLURM_ARRAY_TASK_ID", "1")
+        .env("SLURM_ARRAY_TASK_COUNT", "3")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let slurm: HashSet<String> = all_keys(&s.rows("slurm/tiny/shard-1-of-3")).into_iter().collect();
+    assert_eq!(slurm, seen[1]);
+
+    let mut merge = Command::new(env!("CARGO_BIN_EXE_perfmodel"));
+    merge.current_dir(s.dir.path()).args(["data", "merge", "-o", "merged/tiny"]);
+    for i in 0..3 {
+        merge.arg(format!("data/tiny/shard-{i}-of-3"));
+    }
+    merge.arg("data/tiny/shard-0-of-3"); // the same shard twice must not duplicate rows
+    let out = merge.output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let merged = all_keys(&s.rows("merged/tiny"));
+    assert_eq!(merged.len(), union.len());
+    assert_eq!(merged.into_iter().collect::<HashSet<_>>(), union);
+}
+
+#[test]
+fn failures_are_recorded_and_skip_larger_batch_sizes() {
+    let unsupported = json!({"type": "unsupported", "op_type": "FancyOp", "output_shape": [4], "input_shapes": [[4]]});
+    let configs = vec![unsupported.clone(), dense(16, 8)];
+    let s = Setup::new(&configs, 5.0);
+    let out = s.run(&[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let rows = s.rows("data/tiny");
+    let bad = &rows[&LayerType::Unsupported];
+    assert_eq!(bad.len(), 1, "only batch 1 of the failing config is tried: {bad:?}");
+    assert_eq!((bad[0].batch, bad[0].status), (1, Status::Failed));
+    assert!(bad[0].reason.contains("build failed") && bad[0].reason.contains("FancyOp"), "{}", bad[0].reason);
+    assert_eq!(bad[0].latency_ms, None);
+    assert_eq!(rows[&LayerType::Dense].len(), 2);
+    // A rerun does not retry the skipped batch sizes.
+    let again = s.run(&[]);
+    assert!(String::from_utf8_lossy(&again.stderr).contains("0 samples to measure"), "{}", text(&again));
+
+    // A per-sample timeout nothing can meet: every config fails at batch 1, none is tried at batch 2.
+    let s = Setup::new(&small_mix(), 1e-9);
+    let out = s.run(&[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let rows: Vec<data::Sample> = s.rows("data/tiny").into_values().flatten().collect();
+    assert_eq!(rows.len(), 4);
+    for r in rows {
+        assert_eq!((r.batch, r.status), (1, Status::Failed));
+        assert!(r.reason.starts_with("timeout: one run took"), "{}", r.reason);
+    }
+}
+
+#[test]
+fn bad_inputs_give_clear_errors() {
+    let s = Setup::new(&small_mix(), 5.0);
+    let out = s.run(&["--device", "nosuch"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("known devices: tiny"), "{}", text(&out));
+
+    let out = s.run(&["--layers", "conv3d"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown layer type 'conv3d'"), "{}", text(&out));
+
+    // A corrupt row in the middle of a data file stops the collector with the file and line.
+    assert!(s.run(&["--layers", "dense"]).status.success());
+    let csv = s.path("data/tiny/dense.csv");
+    let original = std::fs::read_to_string(&csv).unwrap();
+    let lines: Vec<&str> = original.lines().collect();
+    let corrupt = format!("{}\n{}\n{}\n", lines[0], lines[1].replacen(",tract ", ",extra,tract ", 1), lines[2]);
+    std::fs::write(&csv, &corrupt).unwrap();
+    let out = s.run(&["--layers", "dense"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("dense.csv: line 2") && stderr.contains("fields"), "{}", text(&out));
+    assert_eq!(std::fs::read_to_string(&csv).unwrap(), corrupt, "nothing may be written to a corrupt file");
+}
+
+#[test]
+fn missing_configs_file_is_named() {
+    let s = Setup::new(&small_mix(), 5.0);
+    let out = s.run(&["--configs", "nope.json"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nope.json"), "{}", text(&out));
+    assert!(!Path::new(&s.path("data/tiny/dense.csv")).exists());
+}
