@@ -5,7 +5,8 @@ Why this example exists: a NAS explores thousands of candidates and cannot run e
 can ask the per-layer performance model thousands of times a second. This script shows the intended use of
 the C ABI (include/perfmodel.h) from Python with ctypes only:
 
-  * open an estimator once (loading the models is the slow part), reuse it for every query;
+  * open an estimator once (loading the models is the slow part), reuse it for every query; it is built the way
+    `perfmodel estimate` builds it (`pm_estimator_open_method`), so both give the same numbers;
   * describe candidates as arrays of `pm_layer` structs (no JSON formatting/parsing per query);
   * check every return code and read `pm_last_error()` on failure.
 
@@ -17,6 +18,7 @@ latency budget. The point is the query loop, not the objective.
 
 Usage: examples/nas_loop.py [--lib target/debug/libperfmodel.so] [--models models] [--device local]
                             [--iterations 20000] [--budget-ms 1.0] [--seed 0]
+                            [--data data] [--collectors collectors]
 """
 
 import argparse
@@ -96,15 +98,15 @@ class PerfmodelError(Exception):
 class Perfmodel:
     """The library and one open estimator."""
 
-    def __init__(self, lib_path, models_dir, device):
+    def __init__(self, lib_path, models_dir, data_dir, collectors_dir, device):
         self.lib = ctypes.CDLL(lib_path)
         lib = self.lib
         lib.pm_last_error.restype = ctypes.c_char_p
         lib.pm_last_error.argtypes = []
         lib.pm_version.restype = ctypes.c_char_p
         lib.pm_version.argtypes = []
-        lib.pm_estimator_open.restype = ctypes.c_int
-        lib.pm_estimator_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+        lib.pm_estimator_open_method.restype = ctypes.c_int
+        lib.pm_estimator_open_method.argtypes = [ctypes.c_char_p] * 5 + [ctypes.POINTER(ctypes.c_void_p)]
         lib.pm_estimator_close.restype = None
         lib.pm_estimator_close.argtypes = [ctypes.c_void_p]
         lib.pm_estimate_layers.restype = ctypes.c_int
@@ -119,8 +121,9 @@ class Perfmodel:
         ]
         self.version = lib.pm_version().decode()
         self.handle = ctypes.c_void_p()
-        self.check("pm_estimator_open",
-                   lib.pm_estimator_open(os.fsencode(models_dir), device.encode(), ctypes.byref(self.handle)))
+        dirs = [os.fsencode(d) for d in (models_dir, data_dir, collectors_dir)]
+        code = lib.pm_estimator_open_method(*dirs, device.encode(), b"learned", ctypes.byref(self.handle))
+        self.check("pm_estimator_open_method", code)
 
     def check(self, call, code):
         if code != PM_OK:
@@ -229,6 +232,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lib", default=os.path.join(REPO, "target", "debug", "libperfmodel.so"))
     parser.add_argument("--models", default=os.path.join(REPO, "models"))
+    parser.add_argument("--data", default=os.path.join(REPO, "data"), help="collected data (unused by 'learned')")
+    parser.add_argument("--collectors", default=os.path.join(REPO, "collectors"),
+                        help="device profiles: the memory bandwidth prices cheap layers that have no predictor")
     parser.add_argument("--device", default="local")
     parser.add_argument("--iterations", type=int, default=20000, help="candidates to estimate")
     parser.add_argument("--budget-ms", type=float, default=1.0, help="latency budget per inference")
@@ -239,7 +245,7 @@ def main():
     args = parser.parse_args()
 
     try:
-        pm = Perfmodel(args.lib, args.models, args.device)
+        pm = Perfmodel(args.lib, args.models, args.data, args.collectors, args.device)
     except (OSError, PerfmodelError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

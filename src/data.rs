@@ -279,11 +279,10 @@ pub fn now_rfc3339() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
-/// A parsed file: the samples, and where the last record starts when it is damaged (only possible as the
-/// last line, after a crash).
+/// A parsed file: the samples, and where the last record starts when a crash tore it.
 struct Parsed {
     samples: Vec<Sample>,
-    /// (byte offset, 1-based line, why) of an incomplete or unparsable last record.
+    /// (byte offset, 1-based line, why) of an incomplete last record.
     damaged_tail: Option<(u64, u64, String)>,
 }
 
@@ -329,16 +328,13 @@ fn parse_file(path: &Path, bytes: &[u8]) -> Result<Parsed> {
         };
         rows.push((byte, line, parsed));
     }
+    // A crash can only tear the last line (each row is one write ending in a line end); a complete line that
+    // does not parse is corruption of another kind and is reported like any other bad line.
     let mut damaged_tail = None;
-    if let Some((byte, line, last)) = rows.last() {
-        if !complete {
-            damaged_tail = Some((*byte, *line, "incomplete last line (no line end)".to_string()));
-        } else if let Err(why) = last {
-            damaged_tail = Some((*byte, *line, why.clone()));
+    if !complete {
+        if let Some((byte, line, _)) = rows.pop() {
+            damaged_tail = Some((byte, line, "incomplete last line (no line end)".to_string()));
         }
-    }
-    if damaged_tail.is_some() {
-        rows.pop();
     }
     let mut samples = Vec::with_capacity(rows.len());
     for (_, line, parsed) in rows {
@@ -621,6 +617,21 @@ mod tests {
             assert!(matches!(err, Error::Data { line: 3, .. }), "{msg}");
             assert!(msg.contains("conv2d.csv") && msg.contains("'status'"), "{msg}");
         }
+    }
+
+    #[test]
+    fn complete_but_corrupt_last_line_is_an_error_not_a_repair() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("conv2d.csv");
+        let mut w = SampleWriter::open(&path).unwrap();
+        w.append(&sample(4)).unwrap();
+        w.append(&sample(8)).unwrap();
+        drop(w);
+        let text = std::fs::read_to_string(&path).unwrap().replace(",ok,", ",okay,");
+        std::fs::write(&path, &text).unwrap();
+        let err = SampleWriter::open(&path).err().unwrap();
+        assert!(matches!(err, Error::Data { line: 2, .. }), "{err}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "nothing truncated");
     }
 
     #[test]

@@ -15,6 +15,10 @@ impl Setup {
     /// A temp dir with a `tiny` device profile (batch sizes [1, 2], power sensor pointing at a missing tree) and
     /// `configs.json` holding `configs`.
     fn new(configs: &[Value], timeout_s: f64) -> Setup {
+        Setup::with_power(configs, timeout_s, "sensors = [{ kind = \"rapl\", root = \"no-powercap\" }]")
+    }
+
+    fn with_power(configs: &[Value], timeout_s: f64, power: &str) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let collectors = dir.path().join("collectors");
         std::fs::create_dir_all(&collectors).unwrap();
@@ -22,8 +26,7 @@ impl Setup {
             "description = \"tiny test device\"\nexecutor = \"tract\"\nthreads = 1\nbatch_sizes = [2, 1]\n\
              [protocol]\nburn_in_runs = 1\nrepetitions = 2\nrounds = 2\ngroup_size = 2\n\
              per_sample_timeout_s = {timeout_s:e}\nmin_window_ms = 0\nmax_cv = 0.5\n\
-             [power]\nsensors = [{{ kind = \"rapl\", root = \"{}\" }}]\n",
-            dir.path().join("no-powercap").display()
+             [power]\n{power}\n"
         );
         std::fs::write(collectors.join("tiny.toml"), profile).unwrap();
         let set = json!({
@@ -143,6 +146,27 @@ fn small_collection_writes_valid_rows_and_says_power_is_unavailable_once() {
     assert!(
         report["p90_relative_difference"].as_f64().unwrap() >= report["median_relative_difference"].as_f64().unwrap()
     );
+}
+
+#[test]
+fn power_from_a_meter_command_covers_the_sensor_window() {
+    let power = "sensors = [{ kind = \"command\", command = \"echo 7.5 W\", unit = \"W\", window_ms = 30 }]";
+    let s = Setup::with_power(&small_mix()[..2], 5.0, power);
+    let out = s.run(&[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("power: measuring with command `echo 7.5 W`"),
+        "{}",
+        text(&out)
+    );
+    for sample in s.rows("data/tiny").into_values().flatten() {
+        assert_eq!(sample.power_w, Some(7.5));
+        let energy = sample.energy_mj.unwrap();
+        assert!((energy - 7.5 * sample.latency_ms.unwrap()).abs() < 1e-9, "{energy}");
+    }
+    let none = Setup::with_power(&small_mix()[..2], 5.0, &format!("subset_fraction = 0.0\n{power}"));
+    assert!(none.run(&[]).status.success());
+    assert!(none.rows("data/tiny").into_values().flatten().all(|s| s.power_w.is_none()));
 }
 
 #[test]

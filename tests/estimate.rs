@@ -3,7 +3,7 @@
 
 use perfmodel::data::{file_path, SampleWriter, Status};
 use perfmodel::layer::LayerConfig;
-use perfmodel::train::model::{Linear, Model, Predictor, Standardizer};
+use perfmodel::train::model::{FlatForest, Model, Predictor, LEAF};
 use perfmodel::train::store::{model_file_name, Manifest, ModelEntry, ModelFile, ModelStore, Scores};
 use perfmodel::{LayerType, Metric, Network};
 use serde_json::Value;
@@ -13,20 +13,11 @@ use std::process::{Command, Output};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
-/// A predictor answering `intercept + slope × feature[name]`.
-fn linear(layer_type: LayerType, intercept: f64, slope_on: Option<(&str, f64)>) -> Predictor {
-    let names = layer_type.feature_names();
-    let d = names.len();
-    let mut coefficients = vec![0.0; d];
-    if let Some((name, slope)) = slope_on {
-        coefficients[names.iter().position(|n| n == name).unwrap()] = slope;
-    }
-    let standardizer = Standardizer { mean: vec![0.0; d], scale: vec![1.0; d] };
-    Predictor::new(
-        "linear",
-        false,
-        Model::Linear(Linear { log_features: false, standardizer, coefficients, intercept }),
-    )
+/// A predictor answering `value` for every layer: a forest of one tree that is a single leaf.
+fn constant(value: f64) -> Predictor {
+    let forest =
+        FlatForest { feature: vec![LEAF], value: vec![value], right: vec![0], roots: vec![0], base: 0.0, scale: 1.0 };
+    Predictor::new("const", false, Model::Trees(forest))
 }
 
 /// Write a model store for `device` with the given predictors, through the model store's own writer.
@@ -47,7 +38,7 @@ fn write_store(models_dir: &Path, device: &str, predictors: Vec<(LayerType, Metr
             metric: m.as_str().to_string(),
             file: model_file_name(t, m),
             file_sha256: String::new(),
-            method: "linear".into(),
+            method: "const".into(),
             samples: 1,
             removed_outliers: 0,
             data_hash: String::new(),
@@ -80,19 +71,19 @@ const TINY: &str = r#"{"name": "tiny", "input_shape": [3, 8, 8], "layers": [
     {"name": "d", "type": "dense", "units": 10},
     {"name": "s", "type": "activation", "function": "softmax"}]}"#;
 
-/// conv2d: 2 ms, 10 W, 1 MiB; max_pool2d: 0.5 ms, 4 W; dense: 1e-3 ms per FLOP, 8 W; nothing for activations.
+/// conv2d: 2 ms, 10 W, 1 MiB; max_pool2d: 0.5 ms, 4 W; dense: 1.29 ms, 8 W; nothing for activations.
 fn tiny_store(models: &Path) {
     write_store(
         models,
         "dev",
         vec![
-            (LayerType::Conv2d, Metric::Latency, linear(LayerType::Conv2d, 2.0, None)),
-            (LayerType::Conv2d, Metric::Power, linear(LayerType::Conv2d, 10.0, None)),
-            (LayerType::Conv2d, Metric::Memory, linear(LayerType::Conv2d, 1.0, None)),
-            (LayerType::MaxPool2d, Metric::Latency, linear(LayerType::MaxPool2d, 0.5, None)),
-            (LayerType::MaxPool2d, Metric::Power, linear(LayerType::MaxPool2d, 4.0, None)),
-            (LayerType::Dense, Metric::Latency, linear(LayerType::Dense, 0.0, Some(("flops", 1e-3)))),
-            (LayerType::Dense, Metric::Power, linear(LayerType::Dense, 8.0, None)),
+            (LayerType::Conv2d, Metric::Latency, constant(2.0)),
+            (LayerType::Conv2d, Metric::Power, constant(10.0)),
+            (LayerType::Conv2d, Metric::Memory, constant(1.0)),
+            (LayerType::MaxPool2d, Metric::Latency, constant(0.5)),
+            (LayerType::MaxPool2d, Metric::Power, constant(4.0)),
+            (LayerType::Dense, Metric::Latency, constant(1.29)),
+            (LayerType::Dense, Metric::Power, constant(8.0)),
         ],
     );
 }
@@ -118,9 +109,8 @@ fn sums_energy_and_memory_of_a_hand_computed_network() {
     assert_eq!(v["batch_size"], 1);
     assert_eq!(v["method"], "learned");
     let layer = |name: &str| v["layers"].as_array().unwrap().iter().find(|l| l["name"] == name).unwrap().clone();
-    // dense 64 -> 10: 2*64*10 + 10 FLOPs = 1290 -> 1.29 ms.
     assert!(close(layer("d")["latency_ms"].as_f64().unwrap(), 1.29));
-    assert_eq!(layer("c1")["predictor"], "linear");
+    assert_eq!(layer("c1")["predictor"], "const");
     assert_eq!(layer("bn")["predictor"], "fused:c1");
     assert_eq!(layer("r")["predictor"], "fused:c1");
     assert_eq!(layer("f")["predictor"], "free");
@@ -183,10 +173,7 @@ fn liveness_memory_of_a_residual_network_and_null_power() {
     write_store(
         &dir.path().join("models"),
         "dev",
-        vec![
-            (LayerType::Conv2d, Metric::Latency, linear(LayerType::Conv2d, 1.0, None)),
-            (LayerType::Add, Metric::Latency, linear(LayerType::Add, 0.1, None)),
-        ],
+        vec![(LayerType::Conv2d, Metric::Latency, constant(1.0)), (LayerType::Add, Metric::Latency, constant(0.1))],
     );
     let mut args = vec!["estimate", "net.json", "--device", "dev", "--format", "json"];
     args.extend(DIRS);

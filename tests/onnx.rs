@@ -127,3 +127,140 @@ fn unreadable_models_give_clear_errors() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("'block_out' (MyCustomOp)"), "{err}");
 }
+
+/// A graph written the way PyTorch exports it: unnamed nodes, a symbolic batch, Clip with bound inputs, a
+/// `Shape → Gather → Unsqueeze → Concat → Reshape` flatten and `MatMul + Add`.
+fn pytorch_style() -> ModelProto {
+    use tract_onnx::pb::tensor_proto::DataType;
+    use tract_onnx::pb::tensor_shape_proto::{dimension::Value as Dim, Dimension};
+    use tract_onnx::pb::{
+        type_proto, GraphProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+    };
+    let node = |op: &str, inputs: &[&str], output: &str, attribute: Vec<AttributeProto>| NodeProto {
+        op_type: op.into(),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: vec![output.into()],
+        attribute,
+        ..Default::default()
+    };
+    let ints = |name: &str, v: &[i64]| AttributeProto {
+        name: name.into(),
+        r#type: AttributeType::Ints as i32,
+        ints: v.to_vec(),
+        ..Default::default()
+    };
+    let int = |name: &str, i: i64| AttributeProto {
+        name: name.into(),
+        r#type: AttributeType::Int as i32,
+        i,
+        ..Default::default()
+    };
+    let floats = |name: &str, dims: &[i64]| TensorProto {
+        name: name.into(),
+        dims: dims.to_vec(),
+        data_type: DataType::Float as i32,
+        float_data: vec![0.01; dims.iter().product::<i64>() as usize],
+        ..Default::default()
+    };
+    let int64s = |name: &str, dims: &[i64], v: &[i64]| TensorProto {
+        name: name.into(),
+        dims: dims.to_vec(),
+        data_type: DataType::Int64 as i32,
+        int64_data: v.to_vec(),
+        ..Default::default()
+    };
+    let scalar = |name: &str, v: f32| TensorProto {
+        name: name.into(),
+        data_type: DataType::Float as i32,
+        float_data: vec![v],
+        ..Default::default()
+    };
+    let dim = |d: Dim| Dimension { denotation: String::new(), value: Some(d) };
+    let input = ValueInfoProto {
+        name: "x".into(),
+        r#type: Some(TypeProto {
+            denotation: String::new(),
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: DataType::Float as i32,
+                shape: Some(TensorShapeProto {
+                    dim: vec![
+                        dim(Dim::DimParam("batch".into())),
+                        dim(Dim::DimValue(3)),
+                        dim(Dim::DimValue(8)),
+                        dim(Dim::DimValue(8)),
+                    ],
+                }),
+            })),
+        }),
+        doc_string: String::new(),
+    };
+    let output = ValueInfoProto { name: "probs".into(), ..Default::default() };
+    let graph = GraphProto {
+        name: "torch_jit".into(),
+        node: vec![
+            node(
+                "Conv",
+                &["x", "conv.weight", "conv.bias"],
+                "t1",
+                vec![ints("kernel_shape", &[3, 3]), ints("pads", &[1, 1, 1, 1]), ints("strides", &[2, 2])],
+            ),
+            node("Clip", &["t1", "zero", "six"], "t2", vec![]),
+            node("GlobalAveragePool", &["t2"], "t3", vec![]),
+            node("Shape", &["t3"], "t4", vec![]),
+            node("Gather", &["t4", "index0"], "t5", vec![int("axis", 0)]),
+            node("Unsqueeze", &["t5", "axes0"], "t6", vec![]),
+            node("Concat", &["t6", "minus_one"], "t7", vec![int("axis", 0)]),
+            node("Reshape", &["t3", "t7"], "t8", vec![]),
+            node("MatMul", &["t8", "fc.weight"], "t9", vec![]),
+            node("Add", &["t9", "fc.bias"], "t10", vec![]),
+            node("Softmax", &["t10"], "probs", vec![int("axis", 1)]),
+        ],
+        initializer: vec![
+            floats("conv.weight", &[16, 3, 3, 3]),
+            floats("conv.bias", &[16]),
+            scalar("zero", 0.0),
+            scalar("six", 6.0),
+            int64s("index0", &[], &[0]),
+            int64s("axes0", &[1], &[0]),
+            int64s("minus_one", &[1], &[-1]),
+            floats("fc.weight", &[16, 5]),
+            floats("fc.bias", &[5]),
+        ],
+        input: vec![input],
+        output: vec![output],
+        ..Default::default()
+    };
+    ModelProto {
+        ir_version: 7,
+        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: 13 }],
+        graph: Some(graph),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn pytorch_style_graphs_fold_shape_chains_and_fuse() {
+    let dir = tempfile::tempdir().unwrap();
+    write_model(dir.path(), "torch.onnx", &pytorch_style());
+    let out = perfmodel(dir.path(), &["import-onnx", "torch.onnx", "-o", "net.json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let net = Network::load(dir.path().join("net.json")).unwrap();
+    assert_eq!((net.batch_size, net.input_shape.clone()), (1, vec![3, 8, 8]), "the symbolic batch becomes 1");
+    let mut conv = Conv2d::new(16, [3, 3]);
+    conv.strides = [2, 2];
+    conv.padding = Padding::Explicit([1, 1, 1, 1]);
+    conv.activation = Activation::Relu6;
+    let ops: Vec<&Op> = net.layers.iter().map(|l| &l.op).collect();
+    assert_eq!(
+        ops,
+        [
+            &Op::Conv2d(conv),
+            &Op::GlobalAvgPool2d,
+            &Op::Dense(Dense { units: 5, use_bias: true, activation: Activation::Softmax })
+        ],
+        "{}",
+        net.to_json_string()
+    );
+    // Unnamed nodes take their output tensor's name.
+    assert_eq!(net.layers[0].name, "t1");
+}

@@ -79,7 +79,10 @@ fn options(args: &Args) -> Result<TrainOptions, Error> {
         return Err(Error::Invalid(format!("--folds: need at least 2, got {}", args.folds)));
     }
     if !(0.0..0.5).contains(&args.contamination) {
-        return Err(Error::Invalid(format!("--contamination: expected a fraction in [0, 0.5), got {}", args.contamination)));
+        return Err(Error::Invalid(format!(
+            "--contamination: expected a fraction in [0, 0.5), got {}",
+            args.contamination
+        )));
     }
     Ok(TrainOptions {
         layers,

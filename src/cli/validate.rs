@@ -49,12 +49,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let width = v.networks.iter().map(|n| n.network.len()).max().unwrap_or(7).max(7);
             println!("device '{}', method {}", v.device, v.method);
             println!(
-                "{:<width$}  {:>11}  {:>12}  {:>9}  {:>12}  {:>13}  {:>9}",
+                "{:<width$}  {:>11}  {:>12}  {:>8}  {:>12}  {:>13}  {:>8}",
                 "network", "measured_ms", "predicted_ms", "error_%", "measured_MiB", "predicted_MiB", "error_%"
             );
             for n in &v.networks {
                 println!(
-                    "{:<width$}  {:>11.3}  {:>12.3}  {:>+9.1}  {:>12.2}  {:>13.2}  {:>+9.1}{}",
+                    "{:<width$}  {:>11.3}  {:>12.3}  {:>+8.1}  {:>12.2}  {:>13.2}  {:>+8.1}{}",
                     n.network,
                     n.measured_latency_ms,
                     n.predicted_latency_ms,

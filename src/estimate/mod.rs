@@ -13,8 +13,8 @@
 //!    contains the work; the layer itself costs 0 ms and computes in place.
 //! 3. The method's predictor (a trained regressor, a baseline formula, a nearest measured sample).
 //! 4. `analytic:bandwidth`: a cheap memory-bound layer with no predictor (activation, batch norm, add, multiply,
-//!    concat, padding, cropping) takes the time to read its inputs and write its output at the device's memory
-//!    bandwidth, when the bandwidth is known.
+//!    concat, padding, cropping, global pooling: a few operations per element at most) takes the time to read its
+//!    inputs and write its output at the device's memory bandwidth (from its device profile), when known.
 //! 5. `uncovered`: anything else gets no number (null), is listed under `uncovered` with its share of the
 //!    network's FLOPs, and a note says the total latency is a lower bound. Never a silent 0.
 //!
@@ -413,6 +413,8 @@ fn is_memory_bound(t: LayerType) -> bool {
             | LayerType::Concat
             | LayerType::ZeroPadding2d
             | LayerType::Cropping2d
+            | LayerType::GlobalAvgPool2d
+            | LayerType::GlobalMaxPool2d
     )
 }
 

@@ -4,8 +4,9 @@
 //! Unknown values are shown as `-` (CSV: empty), never as 0, so a reader cannot mistake "no model" for "free".
 
 use crate::error::{write_atomic, Error, Result};
-use crate::estimate::Estimate;
+use crate::estimate::{Estimate, LayerEstimate};
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -91,17 +92,23 @@ pub fn csv(e: &Estimate) -> Result<String> {
 }
 
 /// A bar chart of per-layer latency (and energy, in a second panel, when the device has a power model) written
-/// atomically to `path`; the format follows the extension (`.svg` or `.png`).
+/// atomically to `path`; the format follows the extension (`.svg` or `.png`). Layers that do not execute (free,
+/// fused) are left out: they would only be empty slots.
 pub fn plot(e: &Estimate, path: &Path) -> Result<()> {
     let ext = path.extension().and_then(|x| x.to_str()).map(str::to_ascii_lowercase);
-    let size = (((e.layers.len() as u32) * 14).clamp(640, 4000), 720);
+    let shown: Vec<&LayerEstimate> =
+        e.layers.iter().filter(|l| l.predictor != "free" && !l.predictor.starts_with("fused:")).collect();
+    if shown.is_empty() {
+        return Err(Error::Invalid(format!("{}: nothing to plot, no layer of the network executes", path.display())));
+    }
+    let size = (((shown.len() as u32) * 16).clamp(640, 4000), 760);
     let draw_err = |err: String| Error::Invalid(format!("{}: cannot draw the plot: {err}", path.display()));
     match ext.as_deref() {
         Some("svg") => {
             let mut svg = String::new();
             {
                 let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
-                draw(e, &root).map_err(draw_err)?;
+                draw(e, &shown, &root).map_err(draw_err)?;
                 root.present().map_err(|x| draw_err(x.to_string()))?;
             }
             write_atomic(path, svg.as_bytes())
@@ -111,10 +118,11 @@ pub fn plot(e: &Estimate, path: &Path) -> Result<()> {
                 Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
                 _ => std::path::PathBuf::from("."),
             };
+            std::fs::create_dir_all(&dir).map_err(|x| Error::io(&dir, x))?;
             let tmp = tempfile::Builder::new().suffix(".png").tempfile_in(&dir).map_err(|x| Error::io(&dir, x))?;
             {
                 let root = BitMapBackend::new(tmp.path(), size).into_drawing_area();
-                draw(e, &root).map_err(draw_err)?;
+                draw(e, &shown, &root).map_err(draw_err)?;
                 root.present().map_err(|x| draw_err(x.to_string()))?;
             }
             tmp.as_file().sync_all().map_err(|x| Error::io(path, x))?;
@@ -125,14 +133,18 @@ pub fn plot(e: &Estimate, path: &Path) -> Result<()> {
     }
 }
 
-fn draw<DB: DrawingBackend>(e: &Estimate, root: &DrawingArea<DB, plotters::coord::Shift>) -> Result<(), String> {
+fn draw<DB: DrawingBackend>(
+    e: &Estimate,
+    shown: &[&LayerEstimate],
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+) -> Result<(), String> {
     root.fill(&WHITE).map_err(|x| x.to_string())?;
-    let has_energy = e.layers.iter().any(|l| l.energy_mj.is_some());
+    let has_energy = shown.iter().any(|l| l.energy_mj.is_some());
     let panels = if has_energy { root.split_evenly((2, 1)) } else { vec![root.clone()] };
     let title = format!("{} on {} ({}, batch {})", e.network, e.device, e.method, e.batch_size);
-    bars(&panels[0], &title, "latency (ms)", e, |l| l.latency_ms, &BLUE)?;
+    bars(&panels[0], &title, "latency (ms)", shown, |l| l.latency_ms, &BLUE)?;
     if has_energy {
-        bars(&panels[1], "", "energy (mJ)", e, |l| l.energy_mj, &RED)?;
+        bars(&panels[1], "", "energy (mJ)", shown, |l| l.energy_mj, &RED)?;
     }
     Ok(())
 }
@@ -141,39 +153,44 @@ fn bars<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
     title: &str,
     y_label: &str,
-    e: &Estimate,
-    value: impl Fn(&crate::estimate::LayerEstimate) -> Option<f64>,
+    layers: &[&LayerEstimate],
+    value: impl Fn(&LayerEstimate) -> Option<f64>,
     color: &RGBColor,
 ) -> Result<(), String> {
-    let n = e.layers.len();
-    let max = e.layers.iter().filter_map(&value).fold(0.0f64, f64::max);
+    let n = layers.len();
+    let max = layers.iter().filter_map(|l| value(l)).fold(0.0f64, f64::max);
     let top = if max > 0.0 { max * 1.05 } else { 1.0 };
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 20))
         .margin(10)
-        .x_label_area_size(if n <= 40 { 90 } else { 30 })
+        .x_label_area_size(120)
         .y_label_area_size(70)
         .build_cartesian_2d((0..n).into_segmented(), 0.0..top)
         .map_err(|x| x.to_string())?;
-    let names: Vec<&str> = e.layers.iter().map(|l| l.name.as_str()).collect();
+    // Layer names are drawn by hand below the axis, reading upwards and ending at their bar: the mesh's own
+    // rotated labels are centred on the tick and would run into the bars.
     chart
         .configure_mesh()
         .disable_x_mesh()
         .y_desc(y_label)
-        .x_labels(n.min(40))
-        .x_label_style(("sans-serif", 11).into_font().transform(FontTransform::Rotate90))
-        .x_label_formatter(&|x| match x {
-            SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => names.get(*i).copied().unwrap_or("").to_string(),
-            SegmentValue::Last => String::new(),
-        })
+        .x_labels(n)
+        .x_label_formatter(&|_| String::new())
         .draw()
         .map_err(|x| x.to_string())?;
+    let label = TextStyle::from(("sans-serif", 10).into_font())
+        .transform(FontTransform::Rotate270)
+        .pos(Pos::new(HPos::Right, VPos::Center));
+    for (i, l) in layers.iter().enumerate() {
+        let (x, y) = chart.backend_coord(&(SegmentValue::CenterOf(i), 0.0));
+        let (ox, oy) = area.get_base_pixel();
+        area.draw(&Text::new(l.name.as_str(), (x - ox, y - oy + 4), label.clone())).map_err(|x| x.to_string())?;
+    }
     chart
         .draw_series(
             Histogram::vertical(&chart)
                 .style(color.filled())
                 .margin(1)
-                .data(e.layers.iter().enumerate().filter_map(|(i, l)| value(l).map(|v| (i, v)))),
+                .data(layers.iter().enumerate().filter_map(|(i, l)| value(l).map(|v| (i, v)))),
         )
         .map_err(|x| x.to_string())?;
     Ok(())

@@ -216,11 +216,19 @@ impl GraphBuilder {
         self.initializer(name, dims, DataType::Int64, Vec::new(), values)
     }
 
-    /// Uniform in ±sqrt(3 / fan_in): unit-variance outputs for unit-variance inputs.
+    /// Uniform in ±sqrt(3 / fan_in): unit-variance outputs for unit-variance inputs. Large tensors repeat a
+    /// random block (values do not matter to timing as long as they are normal floats; filling 100M weights
+    /// one random number at a time made exporting VGG-sized networks take minutes).
     fn random(&mut self, name: String, dims: Vec<i64>, fan_in: usize) -> String {
-        let count: i64 = dims.iter().product();
+        const BLOCK: usize = 4096;
+        let count = dims.iter().product::<i64>() as usize;
         let limit = (3.0 / fan_in.max(1) as f32).sqrt();
-        let values = (0..count).map(|_| self.rng.random_range(-limit..limit)).collect();
+        let block: Vec<f32> = (0..count.min(BLOCK)).map(|_| self.rng.random_range(-limit..limit)).collect();
+        let mut values = Vec::with_capacity(count);
+        while values.len() < count {
+            let take = (count - values.len()).min(block.len());
+            values.extend_from_slice(&block[..take]);
+        }
         self.const_f32(name, dims, values)
     }
 
@@ -358,7 +366,10 @@ impl GraphBuilder {
                 let axes = self.const_i64(format!("{name}/axes"), vec![2, 3]);
                 self.node(name.to_string(), "Slice", &[x, &starts, &ends, &axes], name, vec![]);
             }
-            Op::Dropout { .. } => self.node(name.to_string(), "Dropout", &[x], name, vec![]),
+            Op::Dropout { rate } => {
+                let ratio = self.const_f32(format!("{name}/ratio"), vec![], vec![*rate as f32]);
+                self.node(name.to_string(), "Dropout", &[x, &ratio], name, vec![]);
+            }
             Op::Unsupported { op_type, .. } => {
                 return Err(format!(
                     "an 'unsupported' layer (ONNX op '{op_type}') has no executable form; \

@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::train::fit::{DecisionTree, Estimator, ExtraTrees, GradientBoosting, LinearRegressor, NearestNeighbors};
-use crate::train::model::Predictor;
+use crate::train::model::{log_feature, Predictor};
 use crate::train::store::Scores;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -27,7 +27,13 @@ pub fn scores(measured: &[f64], predicted: &[f64]) -> Scores {
     let relative: Vec<f64> =
         measured.iter().zip(&errors).filter(|(y, _)| **y != 0.0).map(|(y, e)| e / y.abs()).collect();
     Scores {
-        r2: if ss_tot > 0.0 { 1.0 - ss_res / ss_tot } else if ss_res == 0.0 { 1.0 } else { 0.0 },
+        r2: if ss_tot > 0.0 {
+            1.0 - ss_res / ss_tot
+        } else if ss_res == 0.0 {
+            1.0
+        } else {
+            0.0
+        },
         mae: errors.iter().sum::<f64>() / n as f64,
         medae,
         mape: if relative.is_empty() { 0.0 } else { 100.0 * relative.iter().sum::<f64>() / relative.len() as f64 },
@@ -69,55 +75,89 @@ impl SelectBy {
     }
 }
 
-/// One thing to try: an estimator and whether to fit it on ln(target).
+/// One thing to try: an estimator, whether it sees `ln(1 + feature)` and whether it is fitted on ln(target).
 #[derive(Debug, Clone)]
 pub struct Candidate {
     pub estimator: Arc<dyn Estimator>,
+    pub log_features: bool,
     pub log_target: bool,
+}
+
+fn suffix(log_features: bool, log_target: bool) -> &'static str {
+    match (log_features, log_target) {
+        (false, false) => "",
+        (false, true) => "+log",
+        (true, false) => "+logx",
+        (true, true) => "+logx+log",
+    }
 }
 
 impl Candidate {
     pub fn label(&self) -> String {
-        format!("{}{}", self.estimator.describe(), if self.log_target { "+log" } else { "" })
+        format!("{}{}", self.estimator.describe(), suffix(self.log_features, self.log_target))
     }
 
     /// Fit on rows `x` (targets `y` in the metric's unit) and return the stored-form predictor.
     pub fn fit(&self, x: &[Vec<f64>], y: &[f64]) -> Result<Predictor> {
+        let transformed: Vec<Vec<f64>>;
+        let x = if self.log_features {
+            transformed = x.iter().map(|r| r.iter().map(|&v| log_feature(v)).collect()).collect();
+            &transformed
+        } else {
+            x
+        };
         let model = if self.log_target {
             let logs: Vec<f64> = y.iter().map(|v| v.ln()).collect();
             self.estimator.fit(x, &logs)?
         } else {
             self.estimator.fit(x, y)?
         };
-        let method = format!("{}{}", self.estimator.method(), if self.log_target { "+log" } else { "" });
-        Ok(Predictor::new(method, self.log_target, model))
+        let method = format!("{}{}", self.estimator.method(), suffix(self.log_features, self.log_target));
+        Ok(Predictor::new(method, self.log_target, model).with_log_features(self.log_features))
     }
 }
 
 /// Method families of [`default_candidates`].
 pub const METHODS: [&str; 5] = ["ert", "xgb", "tree", "knn", "linear"];
 
-/// The default search space: each method with a few tree-size bounds, with and without a log target. Ensemble
-/// sizes are kept small on purpose: a prediction walks every tree, and estimation wants a single-layer prediction
-/// in microseconds and a store of a few megabytes; the minimum leaf sizes bound the trees' size and depth.
-/// `seed` makes the randomised methods reproducible.
+/// The default search space: each method with a few tree-size bounds, on raw and (where the method is not
+/// invariant to it) log features, each with and without a log target. Ensemble sizes are kept small on purpose:
+/// a prediction walks every tree, and estimation wants a single-layer prediction in microseconds and a store of
+/// a few megabytes; the minimum leaf sizes bound the trees' size and depth. Best-split trees and boosting choose
+/// the same splits on log features, so they are tried on raw features only. `seed` makes the randomised methods
+/// reproducible.
 pub fn default_candidates(seed: u64) -> Vec<Candidate> {
     let ert = ExtraTrees::default().with_n_trees(24).with_seed(seed);
-    let estimators: Vec<Arc<dyn Estimator>> = vec![
-        Arc::new(ert.clone().with_min_samples_leaf(1)),
-        Arc::new(ert.with_min_samples_leaf(4)),
-        Arc::new(GradientBoosting::default().with_n_estimators(60).with_max_depth(5).with_learning_rate(0.25).with_seed(seed)),
-        Arc::new(DecisionTree::default().with_min_samples_leaf(1)),
-        Arc::new(DecisionTree::default().with_min_samples_leaf(4)),
-        Arc::new(NearestNeighbors::default()),
-        Arc::new(NearestNeighbors::default().with_k(5)),
-        Arc::new(LinearRegressor::default()),
-        Arc::new(LinearRegressor::default().with_log_features(true)),
+    let both = [false, true];
+    let raw = [false];
+    let estimators: Vec<(Arc<dyn Estimator>, &[bool])> = vec![
+        (Arc::new(ert.clone().with_min_samples_leaf(1)), &both),
+        (Arc::new(ert.with_min_samples_leaf(4)), &both),
+        (
+            Arc::new(
+                GradientBoosting::default()
+                    .with_n_estimators(60)
+                    .with_max_depth(5)
+                    .with_learning_rate(0.25)
+                    .with_seed(seed),
+            ),
+            &raw,
+        ),
+        (Arc::new(DecisionTree::default().with_min_samples_leaf(1)), &raw),
+        (Arc::new(DecisionTree::default().with_min_samples_leaf(4)), &raw),
+        (Arc::new(NearestNeighbors::default()), &both),
+        (Arc::new(NearestNeighbors::default().with_k(5)), &both),
+        (Arc::new(LinearRegressor::default()), &both),
     ];
-    estimators
-        .into_iter()
-        .flat_map(|e| [false, true].map(|log_target| Candidate { estimator: e.clone(), log_target }))
-        .collect()
+    let mut candidates = Vec::new();
+    for (estimator, feature_spaces) in estimators {
+        for &log_features in feature_spaces {
+            for log_target in [false, true] {
+                candidates.push(Candidate { estimator: estimator.clone(), log_features, log_target });
+            }
+        }
+    }
+    candidates
 }
 
 /// Seeded k-fold split: `folds[i]` lists the validation rows of fold i (rows shuffled, then dealt round-robin).
@@ -224,5 +264,61 @@ pub fn select(
             x.len(),
             evaluations.iter().map(|e| e.label.as_str()).collect::<Vec<_>>().join("; ")
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data() -> (Vec<Vec<f64>>, Vec<f64>) {
+        let x: Vec<Vec<f64>> =
+            (0..150).map(|i| vec![(i % 13) as f64 + 1.0, (i % 7) as f64 + 1.0, (i % 3) as f64]).collect();
+        let y = x.iter().map(|r| 3.0 * r[0] * r[1]).collect();
+        (x, y)
+    }
+
+    #[test]
+    fn folds_partition_the_rows_and_depend_only_on_the_seed() {
+        let a = fold_assignment(103, 5, 9);
+        assert_eq!(a, fold_assignment(103, 5, 9));
+        assert_ne!(a, fold_assignment(103, 5, 10));
+        let mut all: Vec<usize> = a.iter().flatten().copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..103).collect::<Vec<_>>());
+        assert!(a.iter().all(|f| f.len() == 20 || f.len() == 21));
+    }
+
+    #[test]
+    fn cross_validation_is_deterministic_for_a_seed() {
+        let (x, y) = data();
+        let run = |seed| select(&default_candidates(seed), &x, &y, 5, seed, SelectBy::Mape, |_| {}).unwrap();
+        let (a, b) = (run(3), run(3));
+        assert_eq!(a.best, b.best);
+        for (ea, eb) in a.evaluations.iter().zip(&b.evaluations) {
+            assert_eq!(ea.label, eb.label);
+            assert_eq!(
+                ea.predicted.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                eb.predicted.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            );
+        }
+        // A product is learned far better by the trees than by a straight line.
+        let best = &a.evaluations[a.best];
+        assert!(best.scores.mape < 5.0, "{} {:?}", best.label, best.scores);
+        let linear = a.evaluations.iter().find(|e| e.label == "linear").unwrap();
+        assert!(linear.scores.mape > 2.0 * best.scores.mape);
+    }
+
+    #[test]
+    fn metrics_match_hand_computed_values() {
+        let s = scores(&[1.0, 2.0, 4.0, 0.0], &[1.5, 2.0, 3.0, 1.0]);
+        assert_eq!(s.mae, (0.5 + 0.0 + 1.0 + 1.0) / 4.0);
+        assert_eq!(s.medae, 0.75);
+        assert_eq!(s.maxe, 1.0);
+        // The zero measurement is left out of MAPE: (50% + 0% + 25%) / 3.
+        assert!((s.mape - 25.0).abs() < 1e-12);
+        let mean = 7.0 / 4.0;
+        let ss_tot: f64 = [1.0f64, 2.0, 4.0, 0.0].iter().map(|y| (y - mean) * (y - mean)).sum();
+        assert!((s.r2 - (1.0 - 2.25 / ss_tot)).abs() < 1e-12);
     }
 }

@@ -310,37 +310,22 @@ impl Estimator for NearestNeighbors {
     }
 }
 
-/// Ordinary least squares on standardised features (SVD solver, constant columns dropped), optionally on
-/// `ln(1 + feature)`.
+/// Ordinary least squares on standardised features (SVD solver, constant columns dropped).
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct LinearRegressor {
-    pub log_features: bool,
-}
-
-impl LinearRegressor {
-    pub fn with_log_features(mut self, log_features: bool) -> Self {
-        self.log_features = log_features;
-        self
-    }
-}
+pub struct LinearRegressor {}
 
 impl Estimator for LinearRegressor {
     fn method(&self) -> &'static str {
         "linear"
     }
     fn describe(&self) -> String {
-        if self.log_features { "linear(log features)".to_string() } else { "linear".to_string() }
+        "linear".to_string()
     }
     fn fit(&self, x: &[Vec<f64>], y: &[f64]) -> Result<Model> {
         check_shapes(x, y)?;
-        let x: Vec<Vec<f64>> = if self.log_features {
-            x.iter().map(|r| r.iter().map(|v| v.max(0.0).ln_1p()).collect()).collect()
-        } else {
-            x.to_vec()
-        };
         let d = x[0].len();
-        let columns = varying_columns(&x);
-        let standardizer = Standardizer::fit(&x);
+        let columns = varying_columns(x);
+        let standardizer = Standardizer::fit(x);
         let mut coefficients = vec![0.0; d];
         let mut intercept = y.iter().sum::<f64>() / y.len() as f64;
         if !columns.is_empty() && x.len() > columns.len() {
@@ -363,7 +348,7 @@ impl Estimator for LinearRegressor {
         if coefficients.iter().any(|c| !c.is_finite()) || !intercept.is_finite() {
             return Err(failed("linear", "the least-squares solution is not finite"));
         }
-        Ok(Model::Linear(Linear { log_features: self.log_features, standardizer, coefficients, intercept }))
+        Ok(Model::Linear(Linear { standardizer, coefficients, intercept }))
     }
 }
 
@@ -403,7 +388,8 @@ impl FlatForest {
             if let Some(p) = parent {
                 self.right[p] = here as u32;
             }
-            let children = (node.get("true_child").and_then(Value::as_u64), node.get("false_child").and_then(Value::as_u64));
+            let children =
+                (node.get("true_child").and_then(Value::as_u64), node.get("false_child").and_then(Value::as_u64));
             let split_value = node.get("split_value").and_then(Value::as_f64);
             match (children, split_value) {
                 ((Some(t), Some(f)), Some(threshold)) => {
@@ -513,14 +499,13 @@ mod tests {
         assert!(mape < 1e-6, "linear MAPE {mape}");
         // And is a poor fit for a product (so the test above can tell methods apart).
         assert!(held_out_mape(&LinearRegressor::default(), product) > 10.0);
-        // On log features with a log target, a product is linear: ln y = ln 3 + ln x1 + ln x2 (up to the +1).
-        let log_linear = LinearRegressor::default().with_log_features(true);
-        let x = rows(500, 3);
-        let y: Vec<f64> = x.iter().map(|r| (3.0 * r[0].ln_1p().exp() * r[1].ln_1p().exp()).ln()).collect();
-        let model = log_linear.fit(&x, &y).unwrap();
+        // On log features with a log target, a product is linear: ln y = ln 3 + ln x1 + ln x2.
+        let x: Vec<Vec<f64>> = rows(500, 3).iter().map(|r| r.iter().map(|v| v.ln()).collect()).collect();
+        let y: Vec<f64> = x.iter().map(|r| 3f64.ln() + r[0] + r[1]).collect();
+        let model = LinearRegressor::default().fit(&x, &y).unwrap();
         for r in rows(50, 4) {
-            let expected = (3.0 * (1.0 + r[0]) * (1.0 + r[1])).ln();
-            assert!((model.predict_raw(&r) - expected).abs() < 1e-9);
+            let logs: Vec<f64> = r.iter().map(|v| v.ln()).collect();
+            assert!((model.predict_raw(&logs).exp() - product(&r)).abs() < 1e-9 * product(&r));
         }
     }
 

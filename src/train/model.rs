@@ -168,11 +168,9 @@ impl Knn {
     }
 }
 
-/// A linear function of standardised features, or of standardised `ln(1 + feature)` (a power law when the target
-/// is log-transformed too: latency grows like a power of FLOPs and sizes).
+/// A linear function of standardised features.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Linear {
-    pub log_features: bool,
     pub standardizer: Standardizer,
     pub coefficients: Vec<f64>,
     pub intercept: f64,
@@ -185,8 +183,7 @@ impl Linear {
         let mut y = self.intercept;
         let mut j = 0;
         while j < coefficients.len() {
-            let v = if self.log_features { x[j].max(0.0).ln_1p() } else { x[j] };
-            y += coefficients[j] * (v - mean[j]) / scale[j];
+            y += coefficients[j] * (x[j] - mean[j]) / scale[j];
             j += 1;
         }
         y
@@ -211,24 +208,56 @@ impl Model {
     }
 }
 
-/// One trained predictor: the model, the method that produced it (for reports and estimate output) and whether
-/// the target was log-transformed.
+/// One trained predictor: the model, the method that produced it (for reports and estimate output), whether the
+/// target was log-transformed and whether the model sees `ln(1 + feature)` instead of the raw features (sizes
+/// and FLOPs span many orders of magnitude; on a log scale distances and random thresholds spread evenly, and a
+/// linear model becomes a power law).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Predictor {
     pub(crate) method: String,
     pub(crate) log_target: bool,
+    pub(crate) log_features: bool,
     pub(crate) model: Model,
+}
+
+/// The feature transform of log-feature models (features are non-negative counts and sizes).
+pub fn log_feature(v: f64) -> f64 {
+    v.max(0.0).ln_1p()
 }
 
 impl Predictor {
     pub fn new(method: impl Into<String>, log_target: bool, model: Model) -> Predictor {
-        Predictor { method: method.into(), log_target, model }
+        Predictor { method: method.into(), log_target, log_features: false, model }
+    }
+
+    /// The model was fitted on [`log_feature`]-transformed features.
+    pub fn with_log_features(mut self, log_features: bool) -> Predictor {
+        self.log_features = log_features;
+        self
     }
 
     /// Predicted metric value for one layer's features (in [`crate::LayerType::feature_names`] order). Never
     /// negative: latency, power and memory cannot be.
     pub fn predict(&self, features: &[f64]) -> f64 {
-        let raw = self.model.predict_raw(features);
+        let raw = if self.log_features {
+            // On the stack for the usual feature counts: no allocation per prediction.
+            let mut buffer = [0.0f64; 64];
+            let mut heap = Vec::new();
+            let transformed: &mut [f64] = if features.len() <= buffer.len() {
+                &mut buffer[..features.len()]
+            } else {
+                heap.resize(features.len(), 0.0);
+                &mut heap
+            };
+            let mut j = 0;
+            while j < features.len() {
+                transformed[j] = log_feature(features[j]);
+                j += 1;
+            }
+            self.model.predict_raw(transformed)
+        } else {
+            self.model.predict_raw(features)
+        };
         let y = if self.log_target { raw.exp() } else { raw };
         if y.is_nan() {
             0.0
@@ -237,13 +266,18 @@ impl Predictor {
         }
     }
 
-    /// Short name of the method, e.g. `ert`, `knn`, `xgb`, `tree`, `linear` (with `+log` for a log target).
+    /// Short name of the method, e.g. `ert`, `knn`, `xgb`, `tree`, `linear`, with `+logx` for log features and
+    /// `+log` for a log target.
     pub fn method(&self) -> &str {
         &self.method
     }
 
     pub fn log_target(&self) -> bool {
         self.log_target
+    }
+
+    pub fn log_features(&self) -> bool {
+        self.log_features
     }
 
     pub fn model(&self) -> &Model {

@@ -182,11 +182,13 @@ pub fn train_triplet(
     mut progress: impl FnMut(&str),
 ) -> Result<TripletResult> {
     let started = Instant::now();
-    let flagged = IsolationForest::default().with_seed(options.seed).outliers(&data.outlier_space(), options.contamination);
+    let flagged =
+        IsolationForest::default().with_seed(options.seed).outliers(&data.outlier_space(), options.contamination);
     let kept: Vec<usize> = (0..data.len()).filter(|i| flagged.binary_search(i).is_err()).collect();
     let removed = flagged.iter().map(|&i| RemovedRow { key: data.keys[i].clone(), measured: data.y[i] }).collect();
     let clean = data.subset(&kept);
-    let selection = cv::select(candidates, &clean.x, &clean.y, options.folds, options.seed, options.select_by, &mut progress)?;
+    let selection =
+        cv::select(candidates, &clean.x, &clean.y, options.folds, options.seed, options.select_by, &mut progress)?;
     progress("refit");
     let predictor = candidates[selection.best].fit(&clean.x, &clean.y)?;
     let train_seconds = started.elapsed().as_secs_f64();
@@ -271,11 +273,8 @@ pub fn train_device(
     progress: Progress,
 ) -> Result<TrainRun> {
     let all = data::read_device(data_dir, device)?;
-    let layer_types: Vec<LayerType> = if options.layers.is_empty() {
-        all.keys().copied().collect()
-    } else {
-        options.layers.clone()
-    };
+    let layer_types: Vec<LayerType> =
+        if options.layers.is_empty() { all.keys().copied().collect() } else { options.layers.clone() };
     if layer_types.is_empty() {
         return Err(Error::Device {
             device: device.to_string(),

@@ -61,7 +61,10 @@ pub fn markdown(run: &TrainRun, bench: &StoreBench, options_line: &str) -> Strin
     let _ = writeln!(md, "perfmodel {} · {options_line}\n", crate::VERSION);
     let _ = writeln!(md, "Data hash (SHA-256 over all training rows): `{}`\n", run.manifest.data_hash);
     let _ = writeln!(md, "## Chosen predictors (cross-validated, out-of-fold)\n");
-    let _ = writeln!(md, "| layer | metric | method | CV MAPE % | R² | MAE | MedAE | MaxE | samples | removed outliers | train s |");
+    let _ = writeln!(
+        md,
+        "| layer | metric | method | CV MAPE % | R² | MAE | MedAE | MaxE | samples | removed outliers | train s |"
+    );
     let _ = writeln!(md, "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for r in &run.results {
         let s = r.cv();
@@ -154,7 +157,10 @@ pub fn markdown(run: &TrainRun, bench: &StoreBench, options_line: &str) -> Strin
 
 /// Draw measured (x) against out-of-fold predicted (y) with the identity line, log-log when all values are
 /// positive.
-fn draw<DB: DrawingBackend>(root: DrawingArea<DB, plotters::coord::Shift>, r: &TripletResult) -> std::result::Result<(), String>
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    r: &TripletResult,
+) -> std::result::Result<(), String>
 where
     DB::ErrorType: 'static,
 {

@@ -339,11 +339,16 @@ mod tests {
         let mut saved = Vec::new();
         let mut feature_names = BTreeMap::new();
         for (slot, method) in slots.iter().zip(crate::train::cv::METHODS) {
-            let candidate = candidates.iter().find(|c| c.estimator.method() == method && c.log_target).unwrap();
+            let candidate = candidates
+                .iter()
+                .filter(|c| c.estimator.method() == method && c.log_target)
+                .max_by_key(|c| c.log_features)
+                .unwrap();
             let (layer_type, metric) = *slot;
             // Conv2d has more features than our dense rows: pad with zeros.
             let width = layer_type.feature_names().len();
-            let rows: Vec<Vec<f64>> = x.iter().map(|r| (0..width).map(|j| r.get(j).copied().unwrap_or(0.0)).collect()).collect();
+            let rows: Vec<Vec<f64>> =
+                x.iter().map(|r| (0..width).map(|j| r.get(j).copied().unwrap_or(0.0)).collect()).collect();
             let predictor = candidate.fit(&rows, &y).unwrap();
             feature_names.insert(layer_type.as_str().to_string(), layer_type.feature_names());
             entries.push(ModelEntry {

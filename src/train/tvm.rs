@@ -69,7 +69,13 @@ fn keras_shape(path: &Path, obj: &Map<String, Value>, field: &str) -> Result<Vec
 }
 
 /// Smallest `[top, bottom, left, right]` padding for which the convolution yields `out` from `input`.
-fn padding_for_output(input: [usize; 2], out: [usize; 2], kernel: [usize; 2], strides: [usize; 2], dilation: [usize; 2]) -> [usize; 4] {
+fn padding_for_output(
+    input: [usize; 2],
+    out: [usize; 2],
+    kernel: [usize; 2],
+    strides: [usize; 2],
+    dilation: [usize; 2],
+) -> [usize; 4] {
     let mut pads = [0; 4];
     for axis in 0..2 {
         let effective = dilation[axis] * (kernel[axis] - 1) + 1;
@@ -83,12 +89,11 @@ fn padding_for_output(input: [usize; 2], out: [usize; 2], kernel: [usize; 2], st
 /// One file → its layer config and measurements.
 fn parse_file(path: &Path) -> Result<Sample> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-    let value: Value = serde_json::from_str(&text).map_err(|e| {
-        Error::spec(Location::file(path.display().to_string()), format!("invalid JSON: {e}"))
-    })?;
-    let obj = value.as_object().ok_or_else(|| {
-        Error::spec(Location::file(path.display().to_string()), "expected a JSON object per sample")
-    })?;
+    let value: Value = serde_json::from_str(&text)
+        .map_err(|e| Error::spec(Location::file(path.display().to_string()), format!("invalid JSON: {e}")))?;
+    let obj = value
+        .as_object()
+        .ok_or_else(|| Error::spec(Location::file(path.display().to_string()), "expected a JSON object per sample"))?;
     let workload = obj.get("workload").and_then(Value::as_str).unwrap_or_default();
     let batch = count(path, obj, "batch_size")?;
     let input = keras_shape(path, obj, "input shape")?;
@@ -122,10 +127,18 @@ fn parse_file(path: &Path) -> Result<Sample> {
             let (&[features], &[units]) = (input.as_slice(), output.as_slice()) else {
                 return Err(spec(path, "input shape", "dense needs [null, features] input and output shapes"));
             };
-            LayerConfig::new(Op::Dense(Dense { units, use_bias: false, activation: Activation::Linear }), vec![vec![features]], batch)
+            LayerConfig::new(
+                Op::Dense(Dense { units, use_bias: false, activation: Activation::Linear }),
+                vec![vec![features]],
+                batch,
+            )
         }
         other => {
-            return Err(spec(path, "workload", format!("unsupported workload '{other}' (this importer reads conv2d and dense)")))
+            return Err(spec(
+                path,
+                "workload",
+                format!("unsupported workload '{other}' (this importer reads conv2d and dense)"),
+            ))
         }
     };
     let computed = config.output_shape().map_err(|e| spec(path, "output shape", e.to_string()))?;
@@ -137,7 +150,9 @@ fn parse_file(path: &Path) -> Result<Sample> {
         return Err(spec(
             path,
             "output shape",
-            format!("no padding reproduces it: the layer yields {computed:?} (channels-first), the file says {expected:?}"),
+            format!(
+                "no padding reproduces it: the layer yields {computed:?} (channels-first), the file says {expected:?}"
+            ),
         ));
     }
     let latency_ms = number(path, obj, "time")?;
@@ -151,7 +166,8 @@ fn parse_file(path: &Path) -> Result<Sample> {
     sample.repetitions = 1;
     sample.rounds = 1;
     sample.status = Status::Ok;
-    sample.reason = format!("imported from TVM_Profiling_Dataset {}", path.file_name().unwrap_or_default().to_string_lossy());
+    sample.reason =
+        format!("imported from TVM_Profiling_Dataset {}", path.file_name().unwrap_or_default().to_string_lossy());
     sample.engine = "tvm-cuda (TVM_Profiling_Dataset)".to_string();
     Ok(sample)
 }
@@ -179,7 +195,11 @@ pub fn import_tvm_profiling(dir: &Path, data_dir: &Path, device: &str) -> Result
         for path in paths {
             let sample = parse_file(&path)?;
             if sample.layer_type != layer_type {
-                return Err(spec(&path, "workload", format!("a {} sample in the {layer_type} folder", sample.layer_type)));
+                return Err(spec(
+                    &path,
+                    "workload",
+                    format!("a {} sample in the {layer_type} folder", sample.layer_type),
+                ));
             }
             samples.push((path, sample));
         }

@@ -1,0 +1,198 @@
+//! `perfmodel train` and `perfmodel import tvm-profiling` through the real binary, on data written with the
+//! library's own data writer into temporary directories.
+
+use perfmodel::data::{self, Sample, SampleWriter, Status};
+use perfmodel::layer::{Activation, Dense, LayerConfig, LayerType, Op};
+use perfmodel::train::ModelStore;
+use perfmodel::Metric;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn perfmodel(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_perfmodel")).args(args).output().expect("run perfmodel")
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// A dense layer's "measurements": latency proportional to FLOPs, memory to the tensor bytes, no power sensor.
+fn synthetic_dense(data_dir: &Path, device: &str, rows: usize) {
+    let path = data::file_path(&data_dir.join(device), LayerType::Dense);
+    let mut writer = SampleWriter::open(&path).unwrap();
+    for i in 0..rows {
+        let (features, units, batch) = (16 + 37 * (i % 23), 8 + 53 * (i % 17), [1, 4, 16][i % 3]);
+        let op = Op::Dense(Dense { units, use_bias: true, activation: Activation::Linear });
+        let config = LayerConfig::new(op, vec![vec![features]], batch);
+        let mut s = Sample::unmeasured(&config).unwrap();
+        let cost = config.cost().unwrap();
+        s.latency_ms = Some(0.002 + cost.flops as f64 * 1e-7);
+        s.memory_mib = Some(1.0 + (s.input_bytes + s.weight_bytes + s.output_bytes) as f64 / 1048576.0);
+        s.status = Status::Ok;
+        s.reason.clear();
+        writer.append(&s).unwrap();
+    }
+}
+
+fn train(data: &Path, models: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "train",
+        "--device",
+        "synth",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--models-dir",
+        models.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    perfmodel(&args)
+}
+
+#[test]
+fn train_writes_models_report_and_plots_that_load_and_predict() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, models) = (tmp.path().join("data"), tmp.path().join("models"));
+    synthetic_dense(&data, "synth", 90);
+    let out = train(&data, &models, &["--methods", "ert,tree,linear"]);
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("dense") && log.contains("latency") && log.contains("memory"), "{log}");
+    assert!(log.contains("power") && log.contains("not trained"), "power has no measurements: {log}");
+    let dir = models.join("synth");
+    for f in [
+        "manifest.json",
+        "report.md",
+        "dense/latency.bin",
+        "dense/memory.bin",
+        "plots/dense_latency.png",
+        "plots/dense_latency.svg",
+        "plots/dense_memory.png",
+    ] {
+        assert!(dir.join(f).is_file(), "missing {f}: {log}");
+    }
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("µs per single-layer prediction") && report.contains("CV MAPE"), "{report}");
+    let store = ModelStore::open(&models, "synth").unwrap();
+    assert_eq!(store.layer_types(), vec![LayerType::Dense]);
+    assert!(store.predictor(LayerType::Dense, Metric::Power).is_none());
+    // The chosen latency model answers within 25 % for a layer inside the training range.
+    let op = Op::Dense(Dense { units: 300, use_bias: true, activation: Activation::Linear });
+    let config = LayerConfig::new(op, vec![vec![400]], 4);
+    let expected = 0.002 + config.cost().unwrap().flops as f64 * 1e-7;
+    let predicted = store.predictor(LayerType::Dense, Metric::Latency).unwrap().predict(&config.features().unwrap());
+    assert!((predicted - expected).abs() < 0.25 * expected, "predicted {predicted}, expected {expected}");
+}
+
+#[test]
+fn same_seed_gives_identical_models() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    synthetic_dense(&data, "synth", 60);
+    let runs: Vec<PathBuf> = (0..2).map(|i| tmp.path().join(format!("models{i}"))).collect();
+    for m in &runs {
+        let out = train(&data, m, &["--methods", "ert,knn", "--metrics", "latency", "--seed", "5", "--folds", "3"]);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let read = |m: &PathBuf, f: &str| std::fs::read(m.join("synth").join(f)).unwrap();
+    assert_eq!(read(&runs[0], "dense/latency.bin"), read(&runs[1], "dense/latency.bin"));
+    assert_eq!(read(&runs[0], "manifest.json"), read(&runs[1], "manifest.json"));
+}
+
+#[test]
+fn learning_curve_has_fifteen_steps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, models) = (tmp.path().join("data"), tmp.path().join("models"));
+    synthetic_dense(&data, "synth", 80);
+    let out = train(&data, &models, &["--methods", "tree,linear", "--metrics", "latency", "--learning-curve"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let report = std::fs::read_to_string(models.join("synth/report.md")).unwrap();
+    let header = report.lines().skip_while(|l| !l.starts_with("Learning curve")).nth(2).expect("learning-curve table");
+    assert_eq!(header.matches('|').count(), 15 + 2, "{header}");
+    assert!(report.lines().any(|l| l.starts_with("| tree(")), "{report}");
+}
+
+#[test]
+fn bad_arguments_and_missing_data_are_clear_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, models) = (tmp.path().join("data"), tmp.path().join("models"));
+    let out = train(&data, &models, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("no collected data") && text(&out).contains("synth"), "{}", text(&out));
+    synthetic_dense(&data, "synth", 20);
+    for (args, needle) in [
+        (&["--layers", "conv3d"][..], "unknown layer type 'conv3d'"),
+        (&["--metrics", "speed"][..], "unknown metric 'speed'"),
+        (&["--methods", "svm"][..], "unknown method 'svm'"),
+        (&["--select-by", "rmse"][..], "--select-by"),
+    ] {
+        let out = train(&data, &models, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        assert!(text(&out).contains(needle), "{args:?}: {}", text(&out));
+    }
+    assert!(!models.exists(), "nothing may be written on bad input");
+}
+
+fn tvm_dataset() -> Option<PathBuf> {
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/datasets/tvm-980ti"));
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "SKIPPED: {} is absent (the published GTX 980 Ti sample is not part of the repository)",
+            dir.display()
+        );
+        None
+    }
+}
+
+#[test]
+fn tvm_import_then_train_gives_all_three_metrics_for_both_layer_types() {
+    let Some(dataset) = tvm_dataset() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, models) = (tmp.path().join("data"), tmp.path().join("models"));
+    let (d, m) = (data.to_str().unwrap(), models.to_str().unwrap());
+    let out =
+        perfmodel(&["import", "tvm-profiling", dataset.to_str().unwrap(), "--device", "gtx980ti", "--data-dir", d]);
+    assert!(out.status.success(), "{}", text(&out));
+    let rows = data::read_device(&data, "gtx980ti").unwrap();
+    assert_eq!(rows[&LayerType::Conv2d].len() + rows[&LayerType::Dense].len(), 310, "{}", text(&out));
+    // Importing again adds nothing: every config is already there.
+    let again =
+        perfmodel(&["import", "tvm-profiling", dataset.to_str().unwrap(), "--device", "gtx980ti", "--data-dir", d]);
+    assert!(again.status.success() && text(&again).contains("310 files skipped"), "{}", text(&again));
+    let out =
+        perfmodel(&["train", "--device", "gtx980ti", "--data-dir", d, "--models-dir", m, "--methods", "ert,linear"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let store = ModelStore::open(&models, "gtx980ti").unwrap();
+    for t in [LayerType::Conv2d, LayerType::Dense] {
+        for metric in Metric::ALL {
+            assert!(store.predictor(t, metric).is_some(), "{t}/{metric} missing: {}", text(&out));
+        }
+    }
+}
+
+#[test]
+fn tvm_import_of_a_bad_file_names_it_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("dataset/dense");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(
+        src.join("random_dense_1_1.json"),
+        r#"{"units": 4, "features": 8, "input shape": [null, 8], "output shape": [null, 4], "workload": "dense", "batch_size": 1, "time": 0.1, "power": 50.0, "memory": 0.1}"#,
+    )
+    .unwrap();
+    std::fs::write(src.join("random_dense_2_1.json"), r#"{"workload": "dense", "batch_size": 1, "input shape": [null, 8], "output shape": [null, 4], "time": "fast"}"#).unwrap();
+    let data = tmp.path().join("data");
+    let out = perfmodel(&[
+        "import",
+        "tvm-profiling",
+        tmp.path().join("dataset").to_str().unwrap(),
+        "--device",
+        "d",
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("random_dense_2_1.json") && text(&out).contains("'time'"), "{}", text(&out));
+    assert!(!data.join("d/dense.csv").exists(), "nothing may be written when a file is bad");
+}
