@@ -256,6 +256,8 @@ fn template_answers_with_the_nearest_measured_sample() {
         let config = LayerConfig::from_json(&op).unwrap();
         let mut s = perfmodel::data::Sample::unmeasured(&config).unwrap();
         s.latency_ms = Some(ms);
+        // 1 MiB of workspace on top of the sample's own tensors and weights.
+        s.memory_mib = Some(1.0 + (s.input_bytes + s.weight_bytes + s.output_bytes) as f64 / MIB);
         s.status = Status::Ok;
         s.reason.clear();
         s
@@ -271,6 +273,8 @@ fn template_answers_with_the_nearest_measured_sample() {
     assert_eq!(lat, vec![Some(0.25), Some(0.75), Some(0.25), None]);
     assert!(v["layers"][0]["predictor"].as_str().unwrap().starts_with("template:"));
     assert_eq!(v["uncovered"][0]["name"], "sum");
+    // The workspace carries over, the tensors are the layer's own: c reads 8x8x8, writes 8x8x8, has 72 weights.
+    assert!(close(v["layers"][2]["memory_mib"].as_f64().unwrap(), 1.0 + (512.0 + 512.0 + 72.0) * 4.0 / MIB));
 }
 
 #[test]

@@ -1,6 +1,7 @@
-//! The C ABI as a C or Python program sees it: compile C programs against `include/perfmodel.h`, link them with
-//! the cdylib this test build produced (`target/debug/libperfmodel.so`, built with the library target), run them,
-//! and compare what they print with the Rust API on the same networks. The Python NAS example runs the same way.
+//! The C ABI as a C or Python program sees it: compile C programs against `include/perfmodel.h`, link them
+//! with the cdylib this test build produced (`target/debug/deps/libperfmodel.so`, built with the library
+//! target), run them, and compare what they print with the Rust API on the same networks. The Python NAS
+//! example runs the same way.
 //!
 //! The model store is written through the training API (`ModelStore::save`) with linear predictors whose
 //! coefficients are chosen here, so the expected totals can be computed by hand from each layer's FLOPs.
@@ -73,15 +74,17 @@ fn write_linear_store(models_dir: &Path) {
     ModelStore::save(models_dir, &mut manifest, &files).expect("write the test model store");
 }
 
-/// `target/debug`: the test executable lives in `target/debug/deps/`.
-fn target_dir() -> PathBuf {
+/// `target/debug/deps`, where the test executable lives, and where the library target's compilation writes the
+/// cdylib beside the rlib this test links. (`target/debug/libperfmodel.so` is a copy `cargo build` makes; a
+/// test build does not refresh it, so it may be stale.)
+fn deps_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    exe.parent().and_then(Path::parent).expect("target/debug above target/debug/deps").to_path_buf()
+    exe.parent().expect("the directory of the test executable").to_path_buf()
 }
 
 /// The cdylib built with the library for this test run.
 fn cdylib() -> PathBuf {
-    let lib = target_dir().join("libperfmodel.so");
+    let lib = deps_dir().join("libperfmodel.so");
     assert!(lib.exists(), "{} was not built: Cargo.toml [lib] crate-type must include \"cdylib\"", lib.display());
     lib
 }
@@ -99,7 +102,7 @@ fn compile_c(dir: &Path, name: &str, source: &str, link: bool) -> PathBuf {
     cc.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-pthread", "-o"]).arg(&exe).arg(&src);
     cc.arg("-I").arg(include_dir());
     if link {
-        let lib_dir = target_dir();
+        let lib_dir = deps_dir();
         cc.arg("-L").arg(&lib_dir).arg("-lperfmodel").arg(format!("-Wl,-rpath,{}", lib_dir.display()));
         cdylib();
     }
@@ -123,7 +126,8 @@ int main(void) {
     F(pm_result, latency_ms); F(pm_result, energy_mj); F(pm_result, peak_memory_mib);
     F(pm_result, memory_two_largest_mib); F(pm_result, memory_two_mean_mib); F(pm_result, layers);
     F(pm_result, uncovered);
-    printf("enums %d %d %d %d %d\n", PM_ERR_OTHER, PM_DROPOUT, PM_ACT_SOFTMAX, PM_PADDING_EXPLICIT, (int)sizeof(pm_status));
+    printf("enums %d %d %d %d %d\n", PM_ERR_OTHER, PM_DROPOUT, PM_ACT_SOFTMAX, PM_PADDING_EXPLICIT,
+           (int)sizeof(pm_status));
     return 0;
 }
 "#;

@@ -1,6 +1,8 @@
 //! Sensor parsing against fake sysfs trees, and the messages of sensors that are not there.
 
-use perfmodel::collect::sensors::{command_sensor, hwmon_sensor, nvml_sensor, rapl_sensor, Sensor};
+use perfmodel::collect::sensors::{
+    command_sensor, hwmon_sensor, nvml_device_memory_used, nvml_sensor, rapl_sensor, Sensor,
+};
 use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -97,6 +99,8 @@ fn nvml_without_library_is_unavailable_with_a_clear_message() {
     let s = nvml_sensor(0, Some(Path::new("/nonexistent/libnvidia-ml.so.1")));
     let err = s.check_available().unwrap_err().to_string();
     assert!(err.contains("NVML unavailable") && err.contains("libnvidia-ml.so.1"), "{err}");
+    let err = nvml_device_memory_used(0, Some(Path::new("/nonexistent/libnvidia-ml.so.1"))).unwrap_err().to_string();
+    assert!(err.contains("NVML unavailable"), "{err}");
 }
 
 #[test]

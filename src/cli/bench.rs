@@ -17,8 +17,8 @@ pub struct Args {
     #[arg(long, default_value_t = 3)]
     warmup: usize,
     /// Override the network's batch size
-    #[arg(long)]
-    batch: Option<usize>,
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    batch: Option<u64>,
     /// Device profile whose executor threads to use (collectors/NAME.toml); this machine is `local`
     #[arg(long, default_value = "local")]
     device: String,
@@ -35,8 +35,7 @@ enum Format {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let mut net = Network::load(&args.net)?;
     if let Some(batch) = args.batch {
-        anyhow::ensure!(batch > 0, "--batch must be positive");
-        net.batch_size = batch;
+        net.batch_size = batch as usize;
     }
     let device = DeviceProfile::load(&super::default_dir("collectors"), &args.device)?;
     let profile = profile_network(&net, device.threads, args.rounds, args.warmup)

@@ -1,6 +1,7 @@
 //! `perfmodel data ...`: manage collected data.
 
-use perfmodel::data::{self, merge_files};
+use super::default_dir;
+use perfmodel::data::{self, merge_files, Status};
 use perfmodel::layer::LayerType;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -17,12 +18,46 @@ pub enum Command {
         #[arg(short, long)]
         output: PathBuf,
     },
+    /// Rows per layer type and status of a device's data, with the time span of the collection
+    Summary {
+        #[arg(long)]
+        device: String,
+        /// Data store root
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
 }
 
 pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Merge { inputs, output } => merge(inputs, output),
+        Command::Summary { device, data_dir } => summary(&device, data_dir.unwrap_or_else(|| default_dir("data"))),
     }
+}
+
+fn summary(device: &str, data_dir: PathBuf) -> anyhow::Result<()> {
+    let by_type = data::read_device(&data_dir, device)?;
+    println!("{:<18} {:>6} {:>6} {:>9} {:>7}", "layer type", "rows", "ok", "unstable", "failed");
+    let mut stamps: Vec<&str> = Vec::new();
+    for (t, samples) in &by_type {
+        let count = |st: Status| samples.iter().filter(|s| s.status == st).count();
+        println!(
+            "{:<18} {:>6} {:>6} {:>9} {:>7}",
+            t.as_str(),
+            samples.len(),
+            count(Status::Ok),
+            count(Status::Unstable),
+            count(Status::Failed)
+        );
+        stamps.extend(samples.iter().map(|s| s.timestamp.as_str()));
+    }
+    stamps.sort_unstable();
+    let total: usize = by_type.values().map(Vec::len).sum();
+    match (stamps.first(), stamps.last()) {
+        (Some(first), Some(last)) => println!("{total} samples, measured {first} .. {last}"),
+        _ => println!("no samples"),
+    }
+    Ok(())
 }
 
 fn merge(inputs: Vec<PathBuf>, output: PathBuf) -> anyhow::Result<()> {

@@ -1,8 +1,8 @@
 //! `perfmodel devices`: the device profiles, and what of each works on this machine.
 
 use super::default_dir;
-use perfmodel::collect::sensors::{power_sensor, MemorySensor, Sensor};
-use perfmodel::collect::DeviceProfile;
+use perfmodel::collect::sensors::{nvml_device_memory_used, power_sensor, MemorySensor, Sensor};
+use perfmodel::collect::{DeviceProfile, SensorSpec};
 use perfmodel::engine::{Executor, TractExecutor};
 use std::path::PathBuf;
 
@@ -44,6 +44,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             match s.check_available() {
                 Ok(()) => println!("  power        {}: available", s.name()),
                 Err(e) => println!("  power        unavailable: {e}"),
+            }
+            if let (SensorSpec::Nvml { index, library }, Ok(())) = (spec, s.check_available()) {
+                match nvml_device_memory_used(*index, library.as_deref()) {
+                    Ok(bytes) => println!("  gpu memory   {:.0} MiB in use", bytes as f64 / (1024.0 * 1024.0)),
+                    Err(e) => println!("  gpu memory   unavailable: {e}"),
+                }
             }
         }
     }

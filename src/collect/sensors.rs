@@ -344,10 +344,13 @@ pub fn nvml_sensor(index: u32, library: Option<&Path>) -> Box<dyn Sensor> {
     })
 }
 
-/// NVIDIA device memory in use (bytes) through NVML, for GPU executors.
-pub fn nvml_device_memory_used(index: u32) -> Result<u64> {
-    let nvml = nvml_wrapper::Nvml::init()
-        .map_err(|e| sensor_error("nvml", format!("NVML unavailable: could not load libnvidia-ml.so ({e})")))?;
+/// NVIDIA device memory in use (bytes) through NVML, for GPU executors and `perfmodel devices`.
+pub fn nvml_device_memory_used(index: u32, library: Option<&Path>) -> Result<u64> {
+    let mut builder = nvml_wrapper::Nvml::builder();
+    if let Some(lib) = library {
+        builder.lib_path(lib.as_os_str());
+    }
+    let nvml = builder.init().map_err(|e| sensor_error("nvml", format!("NVML unavailable: {e}")))?;
     let device = nvml.device_by_index(index).map_err(|e| sensor_error("nvml", format!("no GPU {index}: {e}")))?;
     Ok(device.memory_info().map_err(|e| sensor_error("nvml", e.to_string()))?.used)
 }

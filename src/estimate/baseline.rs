@@ -7,7 +7,7 @@
 
 use crate::data::{self, Sample};
 use crate::error::{Error, Result};
-use crate::estimate::memory::BYTES_PER_ELEMENT;
+use crate::estimate::memory::{BYTES_PER_ELEMENT, MIB};
 use crate::layer::{LayerCost, LayerType};
 use crate::metric::Metric;
 use crate::train::model::{Knn, Standardizer};
@@ -36,7 +36,9 @@ pub struct Measured {
     pub key: String,
     pub latency_ms: f64,
     pub power_w: Option<f64>,
-    pub memory_mib: Option<f64>,
+    /// Measured memory beyond the sample's own inputs, output and weights (MiB): its workspace, which carries over
+    /// to a similar layer where the tensor sizes do not.
+    pub workspace_mib: Option<f64>,
 }
 
 #[derive(Debug, Clone)]
@@ -100,7 +102,9 @@ impl Templates {
                     key: s.key.clone(),
                     latency_ms: s.metric(Metric::Latency).unwrap_or_default(),
                     power_w: s.metric(Metric::Power),
-                    memory_mib: s.metric(Metric::Memory),
+                    workspace_mib: s
+                        .metric(Metric::Memory)
+                        .map(|m| (m - (s.input_bytes + s.weight_bytes + s.output_bytes) as f64 / MIB).max(0.0)),
                 })
                 .collect();
             by_type.insert(layer_type, TypeTemplates { nearest, samples });
@@ -113,7 +117,7 @@ impl Templates {
         self.by_type.values().flat_map(|t| &t.samples).any(|s| match metric {
             Metric::Latency => true,
             Metric::Power => s.power_w.is_some(),
-            Metric::Memory => s.memory_mib.is_some(),
+            Metric::Memory => s.workspace_mib.is_some(),
         })
     }
 

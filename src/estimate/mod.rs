@@ -98,13 +98,18 @@ impl Method {
                 Ok(templates.nearest(layer_type, &features).map(|m| Prediction {
                     latency_ms: m.latency_ms,
                     power_w: m.power_w,
-                    memory_mib: m.memory_mib,
+                    memory_mib: m.workspace_mib.map(|w| w + footprint_mib(cost)),
                     predictor: format!("template:{}", m.key),
                 }))
             }
             Method::Template(_) => Ok(None),
         }
     }
+}
+
+/// Inputs, output and weights of a layer (f32), MiB.
+fn footprint_mib(cost: &LayerCost) -> f64 {
+    ((cost.input_elems + cost.output_elems + cost.weight_elems) * BYTES_PER_ELEMENT) as f64 / MIB
 }
 
 /// What a method says about one layer.

@@ -7,7 +7,8 @@
 //!
 //! Choices:
 //! - An activation (Relu, Clip(0, 6), Sigmoid, Tanh, HardSwish, Softmax, LeakyRelu, Elu, HardSigmoid, and the
-//!   gate patterns `x * Sigmoid(x)` = swish, `x * HardSigmoid(x)` = hard swish) that is the only consumer of a
+//!   gate patterns `x * Sigmoid(x)` = swish, `x * HardSigmoid(x)` = hard swish, and GELU written as its erf
+//!   formula) that is the only consumer of a
 //!   conv, depthwise or dense output is fused into that layer's `activation`, as Keras describes layers and as
 //!   the collector measures them; elsewhere it is an `activation` layer. `MatMul` followed by a constant `Add`
 //!   is one dense layer with a bias.
@@ -301,14 +302,17 @@ impl<'a> Importer<'a> {
 
     /// Whether any consumer of a global pooling output needs it as `[C, 1, 1]` rather than `[C]`.
     fn needs_spatial_dims(&self, tensor: &str) -> bool {
-        self.graph.node.iter().filter(|n| n.input.iter().any(|i| i == tensor)).any(|n| {
+        let reads = |n: &&NodeProto| n.input.iter().any(|i| i == tensor);
+        // Nodes folded to constants (e.g. `Shape`) only look at the shape.
+        let folded = |n: &&NodeProto| n.output.iter().filter(|o| !o.is_empty()).all(|o| self.value(o).is_some());
+        self.graph.node.iter().filter(|n| reads(n) && !folded(n)).any(|n| {
             !matches!(n.op_type.as_str(), "Flatten" | "Reshape" | "Squeeze")
                 || n.output.first().and_then(|o| self.shape(o)).is_some_and(|s| s.len() != 2)
         })
     }
 
-    /// `x * Sigmoid(x)` and `x * HardSigmoid(x)` (alpha 1/6): the gate node is absorbed, the Mul becomes the
-    /// activation.
+    /// `x * Sigmoid(x)`, `x * HardSigmoid(x)` (alpha 1/6) and the GELU formula: the inner nodes are absorbed, the
+    /// final Mul becomes the activation.
     fn gate_patterns(&self) -> Gates {
         let mut gates = Gates::default();
         for (index, node) in self.graph.node.iter().enumerate() {
@@ -330,8 +334,45 @@ impl<'a> Importer<'a> {
                     break;
                 }
             }
+            if let Some((x, parts)) = self.gelu_ending_at(node) {
+                gates.absorbed.extend(parts);
+                gates.gated.insert(index, (x, Activation::Gelu));
+            }
         }
         gates
+    }
+
+    /// `Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)` (how PyTorch exports GELU, and how perfmodel exports it):
+    /// the gated tensor `x` and the inner nodes to absorb.
+    fn gelu_ending_at(&self, last: &NodeProto) -> Option<(String, Vec<usize>)> {
+        let constant =
+            |t: &str, v: f32| self.value(t).and_then(|c| scalar_f32(&c).ok()).is_some_and(|c| (c - v).abs() < 1e-4);
+        // The producer of `t` if it is an `op` node and `t` has no other reader.
+        let single_use = |t: &str, op: &str| {
+            let &n = self.producer.get(t)?;
+            (self.graph.node[n].op_type == op && self.consumers(t) == 1).then_some(n)
+        };
+        if last.op_type != "Mul" || last.input.len() != 2 {
+            return None;
+        }
+        let half = last.input.iter().position(|i| constant(i, 0.5))?;
+        let mul = single_use(&last.input[1 - half], "Mul")?;
+        let mul_node = &self.graph.node[mul];
+        for (x, p) in [(0, 1), (1, 0)] {
+            let (x, p) = (mul_node.input.get(x)?, mul_node.input.get(p)?);
+            let Some(add) = single_use(p, "Add") else { continue };
+            let add_node = &self.graph.node[add];
+            let Some(one) = add_node.input.iter().position(|i| constant(i, 1.0)) else { continue };
+            let Some(erf) = add_node.input.get(1 - one).and_then(|e| single_use(e, "Erf")) else { continue };
+            let Some(div) = self.graph.node[erf].input.first().and_then(|d| single_use(d, "Div")) else { continue };
+            let div_node = &self.graph.node[div];
+            if div_node.input.first() == Some(x)
+                && div_node.input.get(1).is_some_and(|c| constant(c, std::f32::consts::SQRT_2))
+            {
+                return Some((x.clone(), vec![mul, add, erf, div]));
+            }
+        }
+        None
     }
 
     /// Fuse `activation` into the layer producing `x` when that is a conv, depthwise or dense layer without one,
@@ -719,7 +760,7 @@ impl Built {
 
 #[derive(Default)]
 struct Gates {
-    /// Sigmoid / HardSigmoid nodes folded into the Mul that gates with them.
+    /// Sigmoid / HardSigmoid nodes folded into the Mul that gates with them, and the inner nodes of GELUs.
     absorbed: HashSet<usize>,
     /// Mul node → (gated tensor, activation).
     gated: HashMap<usize, (String, Activation)>,
@@ -814,6 +855,7 @@ mod tests {
         grouped.dilation = [2, 2];
         grouped.padding = Padding::Same;
         grouped.use_bias = false;
+        grouped.activation = Activation::Gelu;
         let mut dw = DepthwiseConv2d::new([3, 3]);
         dw.padding = Padding::Same;
         dw.depth_multiplier = 2;

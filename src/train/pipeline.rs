@@ -60,13 +60,15 @@ pub struct Dataset {
 }
 
 impl Dataset {
-    pub fn from_samples(samples: &[Sample], metric: Metric) -> Result<Dataset> {
+    /// `source` names the data file in errors.
+    pub fn from_samples(samples: &[Sample], metric: Metric, source: &Path) -> Result<Dataset> {
         let mut d = Dataset::default();
-        for s in samples {
+        for (row, s) in samples.iter().enumerate() {
             let Some(value) = s.metric(metric).filter(|v| v.is_finite()) else { continue };
-            let features = s.config.features().map_err(|e| {
-                Error::Invalid(format!("{} sample {}: cannot compute its features: {e}", s.layer_type, s.key))
-            })?;
+            let features = s
+                .config
+                .features()
+                .map_err(|e| Error::data(source, row as u64 + 2, format!("sample {}: column 'config': {e}", s.key)))?;
             d.keys.push(s.key.clone());
             d.x.push(features);
             d.y.push(value);
@@ -309,7 +311,8 @@ pub fn train_device(
             continue;
         };
         for &metric in &options.metrics {
-            let dataset = Dataset::from_samples(samples, metric)?;
+            let source = data::file_path(&data_dir.join(device), layer_type);
+            let dataset = Dataset::from_samples(samples, metric, &source)?;
             if dataset.len() < MIN_ROWS.max(options.folds) {
                 skipped.push(Skipped {
                     layer_type,
