@@ -3,13 +3,16 @@
 //! CNN; the NAS example targets ≥ 10,000 networks/s including its Python side).
 //!
 //! Uses the trained models in `$PERFMODEL_MODELS` (default: the shipped `models/`) for `$PERFMODEL_DEVICE`
-//! (default `local`). The team builds with the dev profile only, so run it as
+//! (default `local`), with the shipped device profiles, as `perfmodel estimate` does. The team builds with the
+//! dev profile only, so run it as
 //! `cargo bench --profile dev --bench estimate` (the perfmodel crate itself is then unoptimised; dependencies
 //! are built with opt-level 3).
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use perfmodel::estimate::Estimator;
-use perfmodel::ffi::{pm_estimate_layers, pm_estimator_close, pm_estimator_open, PmEstimator, PmLayer, PmResult};
+use perfmodel::estimate::{Dirs, Estimator};
+use perfmodel::ffi::{
+    pm_estimate_layers, pm_estimator_close, pm_estimator_open_method, PmEstimator, PmLayer, PmResult,
+};
 use perfmodel::layer::{Activation, Conv2d, Dense, DepthwiseConv2d, Padding};
 use perfmodel::{Layer, LayerType, Network, Op};
 use std::ffi::CString;
@@ -106,7 +109,10 @@ fn nas_candidate(width: i64, kernel: i64, residual_inputs: &[i64; 2]) -> Vec<PmL
 
 fn bench(c: &mut Criterion) {
     let (dir, device) = models();
-    let estimator = Estimator::open(&dir, &device).unwrap_or_else(|e| {
+    let shipped = |name: &str| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(name);
+    let (data, collectors) = (shipped("data"), shipped("collectors"));
+    let dirs = Dirs { models: &dir, data: &data, collectors: &collectors };
+    let estimator = Estimator::open_method("learned", &device, &dirs).unwrap_or_else(|e| {
         panic!("{e}\nthe estimate bench needs trained models: set PERFMODEL_MODELS / PERFMODEL_DEVICE")
     });
     let net = fifty_layer_network();
@@ -121,9 +127,21 @@ fn bench(c: &mut Criterion) {
     c.bench_function("estimate/50_layers", |b| b.iter(|| estimator.estimate(black_box(&net)).unwrap()));
 
     let mut handle: *mut PmEstimator = std::ptr::null_mut();
-    let c_dir = CString::new(dir.to_string_lossy().as_bytes()).unwrap();
-    let c_device = CString::new(device.as_bytes()).unwrap();
-    assert_eq!(unsafe { pm_estimator_open(c_dir.as_ptr(), c_device.as_ptr(), &mut handle) }, 0);
+    let c_string = |text: &str| CString::new(text).unwrap();
+    let (c_models, c_data, c_collectors) =
+        (c_string(&dir.to_string_lossy()), c_string(&data.to_string_lossy()), c_string(&collectors.to_string_lossy()));
+    let (c_device, c_method) = (c_string(&device), c_string("learned"));
+    let code = unsafe {
+        pm_estimator_open_method(
+            c_models.as_ptr(),
+            c_data.as_ptr(),
+            c_collectors.as_ptr(),
+            c_device.as_ptr(),
+            c_method.as_ptr(),
+            &mut handle,
+        )
+    };
+    assert_eq!(code, 0);
     let shape = [3i64, 32, 32];
     let residual = [1i64, 3];
     let candidates: Vec<Vec<PmLayer>> =

@@ -167,10 +167,21 @@ def layer_bytes(layer_type, units=0, kernel=0, strides=0, padding=PM_PADDING_VAL
 _input_arrays = []
 
 
+def feasible(stem, blocks):
+    """The candidate with the options that cannot apply switched off: a residual connection needs the block to
+    keep its width, a 2x2 pool needs at least 2x2 pixels."""
+    channels, size, fixed = stem.width, INPUT_SHAPE[1] // 2, []
+    for b in blocks:
+        b = b._replace(residual=b.residual and b.width == channels, pool=b.pool and size >= 2)
+        channels, size = b.width, size // 2 if b.pool else size
+        fixed.append(b)
+    return stem, tuple(fixed)
+
+
 def encode(stem, blocks):
-    """The candidate as pm_layer bytes, its layer count and its parameter count (the search objective)."""
+    """A feasible candidate as pm_layer bytes, its layer count and its parameter count (the search objective)."""
     parts = [layer_bytes(PM_CONV2D, stem.width, stem.kernel, 2, PM_PADDING_SAME, PM_ACT_RELU)]
-    channels, size, params = stem.width, INPUT_SHAPE[1] // 2, stem.kernel ** 2 * INPUT_SHAPE[0] * stem.width
+    channels, params = stem.width, stem.kernel ** 2 * INPUT_SHAPE[0] * stem.width
     for b in blocks:
         block_input = len(parts) - 1
         if b.kind == "conv":
@@ -180,12 +191,11 @@ def encode(stem, blocks):
             parts.append(layer_bytes(PM_DEPTHWISE_CONV2D, 1, b.kernel, 1, PM_PADDING_SAME, PM_ACT_RELU6))
             parts.append(layer_bytes(PM_CONV2D, b.width, 1, 1, PM_PADDING_VALID, PM_ACT_RELU))
             params += b.kernel ** 2 * channels + channels + channels * b.width + b.width
-        if b.residual and b.width == channels:
+        if b.residual:
             parts.append(layer_bytes(PM_ADD, inputs=(block_input, len(parts) - 1)))
         channels = b.width
-        if b.pool and size >= 2:
+        if b.pool:
             parts.append(layer_bytes(PM_MAX_POOL2D))
-            size //= 2
     parts.append(layer_bytes(PM_GLOBAL_AVG_POOL2D))
     parts.append(layer_bytes(PM_DENSE, CLASSES, activation=PM_ACT_SOFTMAX))
     params += channels * CLASSES + CLASSES
@@ -215,7 +225,7 @@ def mutate(rng, stem, blocks):
         blocks.insert(i, random_block(rng))
     elif len(blocks) > 1:
         del blocks[i]
-    return stem, tuple(blocks)
+    return feasible(stem, blocks)
 
 
 def describe(stem, blocks):
@@ -250,7 +260,18 @@ def main():
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"perfmodel {pm.version}: device '{args.device}' from {args.models}")
+    try:
+        search(pm, args)
+    except PerfmodelError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        pm.close()
+    return 0
 
+
+def search(pm, args):
+    """Regularized evolution: mutate the best of a random sample of the population, evict the oldest."""
     rng = random.Random(args.seed)
     buffer = (PmLayer * MAX_LAYERS)()
     shape = (ctypes.c_int64 * 3)(*INPUT_SHAPE)
@@ -264,10 +285,10 @@ def main():
     invalid = 0
     in_library = 0.0
     start = time.perf_counter()
-    for n in range(args.iterations):
+    for _ in range(args.iterations):
         if len(population) < args.population:
             stem = Block("conv", rng.choice(WIDTHS), rng.choice((3, 5)), False, False)
-            candidate = (stem, tuple(random_block(rng) for _ in range(rng.randint(1, 4))))
+            candidate = feasible(stem, [random_block(rng) for _ in range(rng.randint(1, 4))])
         else:
             parent = max(rng.choices(population, k=args.sample), key=fitness_of)
             candidate = mutate(rng, *parent[1])
@@ -289,19 +310,17 @@ def main():
         if fits and (best is None or params > best[0]):
             best = (params, candidate, result.latency_ms, result.energy_mj, result.peak_memory_mib)
     elapsed = time.perf_counter() - start
-    pm.close()
 
     print(f"estimated {args.iterations} networks in {elapsed:.3f} s: {args.iterations / elapsed:.0f} networks/s "
           f"(library calls alone: {args.iterations / max(in_library, 1e-12):.0f} networks/s), "
           f"{invalid} invalid candidates")
     if best is None:
         print(f"best: none under the {args.budget_ms} ms budget")
-        return 0
+        return
     params, candidate, latency, energy, memory = best
     energy_text = "energy n/a (no power model)" if math.isnan(energy) else f"{energy:.4f} mJ"
     print(f"best: {latency:.4f} ms (budget {args.budget_ms} ms), {energy_text}, {memory:.2f} MiB peak, "
           f"{params} params: {describe(*candidate)}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -116,11 +116,13 @@ typedef struct pm_layer {
 } pm_layer;
 
 /*
- * Whole-network totals. A metric the device has no model for is NaN (never a silent 0).
+ * Whole-network totals. A metric the device has no model for is NaN (never a silent 0). The reasons behind
+ * partial numbers are the "notes" of pm_estimate_json_full.
  */
 typedef struct pm_result {
-    double latency_ms;             /* sum of per-layer latencies */
-    double energy_mj;              /* sum of latency x power per layer; NaN without a power model */
+    double latency_ms;             /* sum of per-layer latencies; a lower bound when uncovered > 0 */
+    double energy_mj;              /* sum of latency x power per layer; NaN when the device has no power model,
+                                      leaves out layers without a power prediction */
     double peak_memory_mib;        /* liveness walk over the graph plus the layer's workspace */
     double memory_two_largest_mib; /* the paper's rule: the two largest per-layer memory estimates */
     double memory_two_mean_mib;    /* the paper's rule: 2 x the mean per-layer memory estimate */

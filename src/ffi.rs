@@ -131,7 +131,8 @@ thread_local! {
 fn set_last_error(message: &str) {
     // Interior NULs cannot appear in a C string; replace them rather than lose the message.
     let text = CString::new(message.replace('\0', "\\0")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = text);
+    // `try_with`: during thread teardown the message is dropped rather than panicking outside `catch_unwind`.
+    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = text);
 }
 
 /// An error at the boundary: its code and message.
@@ -200,17 +201,19 @@ unsafe fn c_slice<'a, T>(ptr: *const T, len: usize, argument: &str) -> Result<&'
     }
 }
 
-/// The file label of networks built from a layer array, as it appears in error messages.
-const LAYER_ARRAY: &str = "<pm_layer array>";
+/// The name of networks built from a layer array; errors found here and in the estimator's shape analysis
+/// both start with "network 'pm_layers'".
+const LAYER_ARRAY_NETWORK: &str = "pm_layers";
 
 /// Build a network from the caller's layer array; every error names the layer index and the field.
 ///
 /// # Safety
 /// The pointer fields of each layer (`target_shape`, `inputs`) follow [`c_slice`]'s contract.
 unsafe fn network_from_layers(layers: &[PmLayer], input_shape: &[i64], batch: usize) -> Result<Network, Failure> {
+    let file = format!("network '{LAYER_ARRAY_NETWORK}'");
     let spec = |location: Location, message: String| Failure::from(Error::spec(location, message));
     if layers.is_empty() {
-        return Err(spec(Location::file(LAYER_ARRAY).field("layers"), "a network needs at least one layer".into()));
+        return Err(spec(Location::file(&file).field("layers"), "a network needs at least one layer".into()));
     }
     if batch == 0 {
         return Err(Failure::invalid("argument 'batch' must be positive"));
@@ -222,7 +225,7 @@ unsafe fn network_from_layers(layers: &[PmLayer], input_shape: &[i64], batch: us
         .filter(|s| !s.is_empty())
         .ok_or_else(|| {
             spec(
-                Location::file(LAYER_ARRAY).field("input_shape"),
+                Location::file(&file).field("input_shape"),
                 format!("dimensions must be positive integers (and at least one), got {input_shape:?}"),
             )
         })?;
@@ -230,7 +233,7 @@ unsafe fn network_from_layers(layers: &[PmLayer], input_shape: &[i64], batch: us
     let mut net_layers = Vec::with_capacity(layers.len());
     for (i, layer) in layers.iter().enumerate() {
         let at = |e: LayerError| {
-            let location = Location::file(LAYER_ARRAY).layer(names[i].clone(), i);
+            let location = Location::file(&file).layer(names[i].clone(), i);
             spec(
                 match e.field {
                     Some(f) => location.field(f),
@@ -254,7 +257,7 @@ unsafe fn network_from_layers(layers: &[PmLayer], input_shape: &[i64], batch: us
             .collect::<Result<Vec<String>, Failure>>()?;
         net_layers.push(Layer { name: names[i].clone(), op, inputs });
     }
-    Ok(Network { name: "pm_layers".into(), batch_size: batch, input_shape, layers: net_layers })
+    Ok(Network { name: LAYER_ARRAY_NETWORK.into(), batch_size: batch, input_shape, layers: net_layers })
 }
 
 /// # Safety
@@ -359,7 +362,7 @@ unsafe fn op_from_c(layer: &PmLayer) -> Result<Op, LayerError> {
 /// the next `pm_*` call on the same thread.
 #[no_mangle]
 pub extern "C" fn pm_last_error() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().as_ptr())
+    LAST_ERROR.try_with(|e| e.borrow().as_ptr()).unwrap_or(c"".as_ptr())
 }
 
 /// The library version (static string).
@@ -408,6 +411,13 @@ pub struct PmEstimator {
 
 const HANDLE_TAG: u64 = 0x706d_6573_7469_6d61; // "pmestima"
 
+impl PmEstimator {
+    /// The handle given to C; [`pm_estimator_close`] takes it back.
+    fn into_handle(estimator: Estimator) -> *mut PmEstimator {
+        Box::into_raw(Box::new(PmEstimator { tag: HANDLE_TAG, estimator }))
+    }
+}
+
 /// Handles are shared between the caller's threads.
 const _: () = {
     const fn shareable<T: Send + Sync>() {}
@@ -444,7 +454,7 @@ pub unsafe extern "C" fn pm_estimator_open(
             return Err(Failure::null("out"));
         }
         let estimator = Estimator::open(Path::new(models_dir), device)?;
-        out.write(Box::into_raw(Box::new(PmEstimator { tag: HANDLE_TAG, estimator })));
+        out.write(PmEstimator::into_handle(estimator));
         Ok(())
     })
 }
@@ -476,7 +486,7 @@ pub unsafe extern "C" fn pm_estimator_open_method(
             return Err(Failure::null("out"));
         }
         let estimator = Estimator::open_method(method, device, &dirs)?;
-        out.write(Box::into_raw(Box::new(PmEstimator { tag: HANDLE_TAG, estimator })));
+        out.write(PmEstimator::into_handle(estimator));
         Ok(())
     })
 }

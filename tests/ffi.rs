@@ -355,7 +355,15 @@ fn c_program_round_trip_and_error_codes() {
     std::fs::write(&net_file, NET_JSON).unwrap();
     let exe = compile_c(dir.path(), "round_trip", ROUND_TRIP_C, true);
     let collectors = Path::new(env!("CARGO_MANIFEST_DIR")).join("collectors");
-    let out = Command::new(&exe).arg(&models).arg(DEVICE).arg(&net_file).arg(&collectors).output().unwrap();
+    // cargo's LD_LIBRARY_PATH lists target/debug, whose copy of the library may be stale: load this build's.
+    let out = Command::new(&exe)
+        .env("LD_LIBRARY_PATH", deps_dir())
+        .arg(&models)
+        .arg(DEVICE)
+        .arg(&net_file)
+        .arg(&collectors)
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "C program failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(line(&stdout, "version"), perfmodel::VERSION);
@@ -398,9 +406,15 @@ fn c_program_round_trip_and_error_codes() {
     assert!(unknown.contains("layer 'c' (#0), field 'type'") && unknown.contains("conv3d"), "{unknown}");
     assert!(line(&stdout, "malformed").starts_with("3 [<json text>: invalid JSON"), "{stdout}");
     let big = line(&stdout, "big_kernel");
-    assert!(big.starts_with("3 -1 [") && big.contains("layer 'layer4' (#4), field 'kernel'"), "{big}");
+    assert!(
+        big.starts_with("3 -1 [") && big.contains("[network 'pm_layers': layer 'layer4' (#4), field 'kernel'"),
+        "{big}"
+    );
     let negative = line(&stdout, "negative");
-    assert!(negative.starts_with("3 [") && negative.contains("layer 'layer2' (#2), field 'units'"), "{negative}");
+    assert!(
+        negative.starts_with("3 [") && negative.contains("[network 'pm_layers': layer 'layer2' (#2), field 'units'"),
+        "{negative}"
+    );
     assert!(line(&stdout, "batch0").starts_with("2 [argument 'batch' must be positive"), "{stdout}");
     assert_eq!(line(&stdout, "null_json"), "1 [argument 'json' is NULL]");
     assert_eq!(line(&stdout, "null_out"), "1 [argument 'out' is NULL]");

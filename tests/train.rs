@@ -71,7 +71,7 @@ fn train_writes_models_report_and_plots_that_load_and_predict() {
         assert!(dir.join(f).is_file(), "missing {f}: {log}");
     }
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
-    assert!(report.contains("µs per single-layer prediction") && report.contains("CV MAPE"), "{report}");
+    assert!(report.contains("µs CPU") && report.contains("CV MAPE"), "{report}");
     let store = ModelStore::open(&models, "synth").unwrap();
     assert_eq!(store.layer_types(), vec![LayerType::Dense]);
     assert!(store.predictor(LayerType::Dense, Metric::Power).is_none());
@@ -129,6 +129,10 @@ fn bad_arguments_and_missing_data_are_clear_errors() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
         assert!(text(&out).contains(needle), "{args:?}: {}", text(&out));
     }
+    // Too few rows for any triplet: an error, and no empty store.
+    let out = train(&data, &models, &["--folds", "25"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("nothing to train") && text(&out).contains("at least 25 needed"), "{}", text(&out));
     assert!(!models.exists(), "nothing may be written on bad input");
 }
 

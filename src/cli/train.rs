@@ -43,6 +43,9 @@ pub struct Args {
     /// Only these method families, comma-separated: ert, xgb, tree, knn, linear (default: all)
     #[arg(long, value_delimiter = ',')]
     methods: Vec<String>,
+    /// Threads for cross-validation (default: one per core); the results do not depend on it
+    #[arg(long, default_value_t = 0)]
+    jobs: usize,
     /// Also run the learning-curve study (15 growing training subsets against a fixed validation set)
     #[arg(long)]
     learning_curve: bool,
@@ -93,6 +96,7 @@ fn options(args: &Args) -> Result<TrainOptions, Error> {
         contamination: args.contamination,
         learning_curve: args.learning_curve,
         methods: args.methods.clone(),
+        jobs: args.jobs,
     })
 }
 

@@ -127,7 +127,7 @@ pub const METHODS: [&str; 5] = ["ert", "xgb", "tree", "knn", "linear"];
 /// the same splits on log features, so they are tried on raw features only. `seed` makes the randomised methods
 /// reproducible.
 pub fn default_candidates(seed: u64) -> Vec<Candidate> {
-    let ert = ExtraTrees::default().with_n_trees(24).with_seed(seed);
+    let ert = ExtraTrees::default().with_n_trees(16).with_seed(seed);
     let both = [false, true];
     let raw = [false];
     let estimators: Vec<(Arc<dyn Estimator>, &[bool])> = vec![
@@ -215,9 +215,33 @@ pub struct Selection {
     pub best: usize,
 }
 
+/// Score one candidate on the folds; `Err` carries why it was skipped.
+fn evaluate(candidate: &Candidate, x: &[Vec<f64>], y: &[f64], folds: &[Vec<usize>]) -> Evaluation {
+    let label = candidate.label();
+    let started = std::time::Instant::now();
+    let outcome = if candidate.log_target && y.iter().any(|v| *v <= 0.0) {
+        Err("skipped: log target needs positive values".to_string())
+    } else {
+        cross_val_predict(candidate, x, y, folds).map_err(|e| format!("skipped: {e}"))
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    match outcome {
+        Ok(predicted) => Evaluation { label, scores: scores(y, &predicted), predicted, seconds },
+        Err(reason) => Evaluation {
+            label: format!("{label} ({reason})"),
+            scores: Scores { r2: f64::NAN, mae: f64::NAN, medae: f64::NAN, mape: f64::NAN, maxe: f64::NAN },
+            predicted: vec![],
+            seconds,
+        },
+    }
+}
+
 /// Score every candidate on the same folds and pick the best by `select_by`. Candidates that cannot apply (a log
-/// target with values ≤ 0, more features than rows for linear) or fail to fit are skipped, with their reason in
-/// the label; an error only if none works.
+/// target with values ≤ 0) or fail to fit are kept with their reason in the label; an error only if none works.
+/// Candidates are spread over `jobs` threads (0 = one per core); each is computed independently of the others,
+/// so the result does not depend on `jobs`. `progress` is called (on this thread) with each candidate's label
+/// as it starts.
+#[allow(clippy::too_many_arguments)]
 pub fn select(
     candidates: &[Candidate],
     x: &[Vec<f64>],
@@ -225,38 +249,49 @@ pub fn select(
     folds: usize,
     seed: u64,
     select_by: SelectBy,
+    jobs: usize,
     mut progress: impl FnMut(&str),
 ) -> Result<Selection> {
     let assignment = fold_assignment(x.len(), folds, seed);
-    let positive = y.iter().all(|v| *v > 0.0);
-    let mut evaluations = Vec::with_capacity(candidates.len());
-    let mut best: Option<(usize, f64)> = None;
-    for candidate in candidates {
-        let label = candidate.label();
-        progress(&label);
-        let started = std::time::Instant::now();
-        let outcome = if candidate.log_target && !positive {
-            Err("skipped: log target needs positive values".to_string())
-        } else {
-            cross_val_predict(candidate, x, y, &assignment).map_err(|e| format!("skipped: {e}"))
-        };
-        match outcome {
-            Ok(predicted) => {
-                let s = scores(y, &predicted);
-                let loss = select_by.loss(&s);
-                if best.is_none_or(|(_, b)| loss < b) {
-                    best = Some((evaluations.len(), loss));
+    let jobs = if jobs == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { jobs };
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let slots: Vec<std::sync::Mutex<Option<Evaluation>>> = candidates.iter().map(|_| Default::default()).collect();
+    let (started_tx, started_rx) = std::sync::mpsc::channel::<String>();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.clamp(1, candidates.len().max(1)) {
+            let started_tx = started_tx.clone();
+            let (next, slots, assignment) = (&next, &slots, &assignment);
+            scope.spawn(move || loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(candidate) = candidates.get(i) else { break };
+                let _ = started_tx.send(candidate.label());
+                let evaluation = evaluate(candidate, x, y, assignment);
+                if let Ok(mut slot) = slots[i].lock() {
+                    *slot = Some(evaluation);
                 }
-                evaluations.push(Evaluation { label, scores: s, predicted, seconds: started.elapsed().as_secs_f64() });
-            }
-            Err(reason) => evaluations.push(Evaluation {
-                label: format!("{label} ({reason})"),
-                scores: Scores { r2: f64::NAN, mae: f64::NAN, medae: f64::NAN, mape: f64::NAN, maxe: f64::NAN },
-                predicted: vec![],
-                seconds: started.elapsed().as_secs_f64(),
-            }),
+            });
         }
-    }
+        drop(started_tx);
+        for label in started_rx {
+            progress(&label);
+        }
+    });
+    let evaluations: Vec<Evaluation> = slots
+        .into_iter()
+        .zip(candidates)
+        .map(|(slot, c)| {
+            slot.into_inner().ok().flatten().ok_or_else(|| Error::Invalid(format!("evaluating {} failed", c.label())))
+        })
+        .collect::<Result<_>>()?;
+    let best = evaluations
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| !e.predicted.is_empty())
+        .map(|(i, e)| (i, select_by.loss(&e.scores)))
+        .fold(None, |best: Option<(usize, f64)>, (i, loss)| match best {
+            Some((_, b)) if b <= loss => best,
+            _ => Some((i, loss)),
+        });
     match best {
         Some((best, _)) => Ok(Selection { evaluations, best }),
         None => Err(Error::Invalid(format!(
@@ -292,8 +327,10 @@ mod tests {
     #[test]
     fn cross_validation_is_deterministic_for_a_seed() {
         let (x, y) = data();
-        let run = |seed| select(&default_candidates(seed), &x, &y, 5, seed, SelectBy::Mape, |_| {}).unwrap();
-        let (a, b) = (run(3), run(3));
+        let run =
+            |seed, jobs| select(&default_candidates(seed), &x, &y, 5, seed, SelectBy::Mape, jobs, |_| {}).unwrap();
+        // One thread or several: the same result.
+        let (a, b) = (run(3, 1), run(3, 2));
         assert_eq!(a.best, b.best);
         for (ea, eb) in a.evaluations.iter().zip(&b.evaluations) {
             assert_eq!(ea.label, eb.label);

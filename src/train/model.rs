@@ -117,6 +117,10 @@ impl Knn {
         let (columns, mean, scale) = (&self.columns[..], &self.mean[..], &self.scale[..]);
         let (points, targets) = (&self.points[..], &self.targets[..]);
         let d = columns.len();
+        if d == 0 || targets.is_empty() {
+            // No feature varied in training: every point is equally near.
+            return targets.iter().sum::<f64>() / targets.len().max(1) as f64;
+        }
         let mut query = vec![0f32; d];
         let q = &mut query[..];
         let mut j = 0;
@@ -147,9 +151,6 @@ impl Knn {
                 }
             }
             row += 1;
-        }
-        if best.is_empty() {
-            return 0.0;
         }
         if self.distance_weighted {
             if let Some(&(_, exact)) = best.iter().find(|(dist, _)| *dist == 0.0) {
@@ -198,6 +199,19 @@ pub enum Model {
 }
 
 impl Model {
+    /// How big the stored model is, for reports (tree size is what bounds prediction time).
+    pub fn size_summary(&self) -> String {
+        match self {
+            Model::Trees(f) => {
+                format!("{} trees, {} nodes, depth ≤ {}", f.roots.len(), f.node_count(), f.max_depth())
+            }
+            Model::Knn(k) => format!("{} points × {} features, k = {}", k.targets.len(), k.columns.len(), k.k),
+            Model::Linear(l) => {
+                format!("{} non-zero coefficients", l.coefficients.iter().filter(|c| **c != 0.0).count())
+            }
+        }
+    }
+
     /// The prediction in the space the model was fitted in (log space when the target was log-transformed).
     pub fn predict_raw(&self, x: &[f64]) -> f64 {
         match self {

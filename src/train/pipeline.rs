@@ -33,6 +33,8 @@ pub struct TrainOptions {
     pub learning_curve: bool,
     /// Method families to try (`ert`, `xgb`, `tree`, `knn`, `linear`); empty = all.
     pub methods: Vec<String>,
+    /// Threads for cross-validation (0 = one per core); results do not depend on it.
+    pub jobs: usize,
 }
 
 impl Default for TrainOptions {
@@ -46,6 +48,7 @@ impl Default for TrainOptions {
             contamination: 0.02,
             learning_curve: false,
             methods: vec![],
+            jobs: 0,
         }
     }
 }
@@ -189,8 +192,16 @@ pub fn train_triplet(
     let kept: Vec<usize> = (0..data.len()).filter(|i| flagged.binary_search(i).is_err()).collect();
     let removed = flagged.iter().map(|&i| RemovedRow { key: data.keys[i].clone(), measured: data.y[i] }).collect();
     let clean = data.subset(&kept);
-    let selection =
-        cv::select(candidates, &clean.x, &clean.y, options.folds, options.seed, options.select_by, &mut progress)?;
+    let selection = cv::select(
+        candidates,
+        &clean.x,
+        &clean.y,
+        options.folds,
+        options.seed,
+        options.select_by,
+        options.jobs,
+        &mut progress,
+    )?;
     progress("refit");
     let predictor = candidates[selection.best].fit(&clean.x, &clean.y)?;
     let train_seconds = started.elapsed().as_secs_f64();
@@ -335,6 +346,14 @@ pub fn train_device(
             done += 1;
             progress(done, total, "");
         }
+    }
+    if results.is_empty() {
+        let reasons: Vec<String> =
+            skipped.iter().map(|s| format!("{}/{}: {}", s.layer_type, s.metric, s.reason)).collect();
+        return Err(Error::Device {
+            device: device.to_string(),
+            message: format!("nothing to train ({})", reasons.join("; ")),
+        });
     }
     let manifest = write_models(models_dir, device, &results)?;
     Ok(TrainRun { device: device.to_string(), results, skipped, manifest })

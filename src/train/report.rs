@@ -27,6 +27,7 @@ pub struct PredictTiming {
     pub layer_type: LayerType,
     pub metric: Metric,
     pub method: String,
+    pub size: String,
     pub wall_ns: f64,
     /// CPU time of this thread only: what a prediction costs when the machine is shared.
     pub cpu_ns: f64,
@@ -67,6 +68,7 @@ pub fn bench_store(models_dir: &Path, device: &str, results: &[TripletResult]) -
             layer_type: r.layer_type,
             metric: r.metric,
             method: predictor.method().to_string(),
+            size: predictor.model().size_summary(),
             wall_ns,
             cpu_ns,
         });
@@ -133,14 +135,16 @@ pub fn markdown(run: &TrainRun, bench: &StoreBench, options_line: &str) -> Strin
         "Single-layer prediction, mean over 20 000 calls (this build: the dev profile, perfmodel itself \
          unoptimised); wall clock and this thread's CPU time (lower when the machine is shared).\n"
     );
-    let _ = writeln!(md, "| layer | metric | method | µs wall | µs CPU |\n| --- | --- | --- | ---: | ---: |");
+    let _ =
+        writeln!(md, "| layer | metric | method | size | µs wall | µs CPU |\n| --- | --- | --- | --- | ---: | ---: |");
     for p in &bench.predict_ns {
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {:.2} | {:.2} |",
+            "| {} | {} | {} | {} | {:.2} | {:.2} |",
             p.layer_type,
             p.metric,
             p.method,
+            p.size,
             p.wall_ns / 1e3,
             p.cpu_ns / 1e3
         );
@@ -183,8 +187,9 @@ pub fn markdown(run: &TrainRun, bench: &StoreBench, options_line: &str) -> Strin
         if let Some(lc) = &r.learning_curve {
             let _ = writeln!(
                 md,
-                "\nLearning curve: validation MAPE % on a fixed {} rows vs. training rows.\n",
-                lc.validation_rows
+                "\nLearning curve: validation MAPE % on a fixed {} rows vs. training rows \
+                 (plot: `plots/{}_{}_learning_curve.svg`).\n",
+                lc.validation_rows, r.layer_type, r.metric
             );
             let header: Vec<String> = lc.train_sizes.iter().map(|n| n.to_string()).collect();
             let _ = writeln!(md, "| candidate | {} |", header.join(" | "));
@@ -247,12 +252,77 @@ where
     Ok(())
 }
 
-/// Write `<stem>.svg` and `<stem>.png` for one triplet, each atomically.
-fn write_plots(plots_dir: &Path, r: &TripletResult) -> Result<()> {
-    let stem = format!("{}_{}", r.layer_type, r.metric);
+/// Validation MAPE against training rows, one line per method family (log-scaled MAPE).
+fn draw_learning_curve<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    r: &TripletResult,
+) -> std::result::Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+    let Some(lc) = &r.learning_curve else { return Ok(()) };
+    root.fill(&WHITE).map_err(e)?;
+    let values = lc.mape.iter().flat_map(|(_, v)| v.iter().copied()).filter(|v| v.is_finite() && *v > 0.0);
+    let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    let (lo, hi) = if lo.is_finite() { (lo / 1.2, hi * 1.2) } else { (0.1, 100.0) };
+    let max_rows = lc.train_sizes.last().copied().unwrap_or(1) as f64;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("{} {}: learning curve ({} validation rows)", r.layer_type, r.metric, lc.validation_rows),
+            ("sans-serif", 18),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..max_rows * 1.05, (lo..hi).log_scale())
+        .map_err(e)?;
+    chart.configure_mesh().x_desc("training rows").y_desc("validation MAPE (%)").draw().map_err(e)?;
+    for (i, (label, mape)) in lc.mape.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let points: Vec<(f64, f64)> = lc
+            .train_sizes
+            .iter()
+            .zip(mape)
+            .filter(|(_, m)| m.is_finite() && **m > 0.0)
+            .map(|(&n, &m)| (n as f64, m))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))
+            .map_err(e)?
+            .label(label.as_str())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2)));
+    }
+    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(e)?;
+    root.present().map_err(e)?;
+    Ok(())
+}
+
+#[derive(Clone, Copy)]
+enum Plot {
+    Scatter,
+    LearningCurve,
+}
+
+fn render<DB: DrawingBackend>(
+    plot: Plot,
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    r: &TripletResult,
+) -> std::result::Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    match plot {
+        Plot::Scatter => draw(root, r),
+        Plot::LearningCurve => draw_learning_curve(root, r),
+    }
+}
+
+/// Write `<stem>.svg` and `<stem>.png` with the same drawing, each atomically.
+fn write_plot(plots_dir: &Path, stem: &str, r: &TripletResult, plot: Plot) -> Result<()> {
     let svg_path = plots_dir.join(format!("{stem}.svg"));
     let mut svg = String::new();
-    draw(SVGBackend::with_string(&mut svg, (720, 600)).into_drawing_area(), r)
+    render(plot, SVGBackend::with_string(&mut svg, (720, 600)).into_drawing_area(), r)
         .map_err(|e| Error::Invalid(format!("{}: cannot draw: {e}", svg_path.display())))?;
     write_atomic(&svg_path, svg.as_bytes())?;
     let png_path = plots_dir.join(format!("{stem}.png"));
@@ -261,9 +331,19 @@ fn write_plots(plots_dir: &Path, r: &TripletResult) -> Result<()> {
         .suffix(".png")
         .tempfile_in(plots_dir)
         .map_err(|e| Error::io(plots_dir, e))?;
-    draw(BitMapBackend::new(tmp.path(), (720, 600)).into_drawing_area(), r)
+    render(plot, BitMapBackend::new(tmp.path(), (720, 600)).into_drawing_area(), r)
         .map_err(|e| Error::Invalid(format!("{}: cannot draw: {e}", png_path.display())))?;
     tmp.persist(&png_path).map_err(|e| Error::io(&png_path, e.error))?;
+    Ok(())
+}
+
+/// The scatter plot of one triplet, and its learning curve when there is one.
+fn write_plots(plots_dir: &Path, r: &TripletResult) -> Result<()> {
+    let stem = format!("{}_{}", r.layer_type, r.metric);
+    write_plot(plots_dir, &stem, r, Plot::Scatter)?;
+    if r.learning_curve.is_some() {
+        write_plot(plots_dir, &format!("{stem}_learning_curve"), r, Plot::LearningCurve)?;
+    }
     Ok(())
 }
 
