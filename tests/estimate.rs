@@ -355,3 +355,28 @@ fn validate_and_outliers_benchmark_the_network_for_real() {
     let v = json_of(&perfmodel(dir.path(), &args));
     assert_eq!(v["layers"].as_array().unwrap().len(), 7, "{v}");
 }
+
+#[test]
+fn onnx_networks_are_estimated_like_their_net_json() {
+    use prost::Message;
+    let dir = setup(TINY);
+    tiny_store(&dir.path().join("models"));
+    let net = Network::from_json_str(TINY, "tiny.json").unwrap();
+    let model = perfmodel::onnx::export_network(&net).unwrap().model;
+    std::fs::write(dir.path().join("tiny.onnx"), model.encode_to_vec()).unwrap();
+    let run = |file: &str| {
+        let mut args = vec!["estimate", file, "--device", "dev", "--format", "json", "--batch", "2"];
+        args.extend(DIRS);
+        json_of(&perfmodel(dir.path(), &args))
+    };
+    let (from_json, from_onnx) = (run("net.json"), run("tiny.onnx"));
+    assert_eq!(from_onnx["batch_size"], 2);
+    for key in ["latency_ms", "energy_mj", "peak_memory_mib"] {
+        assert_eq!(from_onnx["total"][key], from_json["total"][key], "{key}");
+    }
+    // The importer folds the trailing Softmax into the dense layer (Gemm + Softmax = dense with a softmax
+    // activation); every other layer comes back as it was exported.
+    let (onnx_layers, json_layers) = (from_onnx["layers"].as_array().unwrap(), from_json["layers"].as_array().unwrap());
+    assert_eq!(onnx_layers.len(), 6);
+    assert_eq!(onnx_layers[..], json_layers[..6]);
+}
