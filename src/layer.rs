@@ -14,6 +14,14 @@ use std::fmt;
 /// A tensor shape without the batch dimension (`[C, H, W]` or `[features]`).
 pub type Shape = Vec<usize>;
 
+/// The largest value accepted for one hyperparameter (filters, units, kernel, strides, dilation, padding...).
+/// Far beyond any real network; the bound keeps derived sizes (dilated kernels, padded inputs) from overflowing.
+pub const MAX_SIZE: usize = 1 << 24;
+
+/// The largest tensor (whole batch) or weight count accepted: 2^40 f32 values are 4 TiB, more than any device
+/// holds, so a larger count is a typo. Below it, element counts are exact and products of sizes are checked.
+pub const MAX_ELEMENTS: u64 = 1 << 40;
+
 /// Why a layer cannot be built or cannot take its inputs: the field to blame and a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LayerError {
@@ -152,10 +160,15 @@ impl Padding {
             Padding::Explicit(p) => p,
             Padding::Same => {
                 let mut out = [0usize; 4];
+                // Saturating: callers validate sizes afterwards, so absurd values must not panic here.
                 for axis in 0..2 {
-                    let effective = dilation[axis] * (kernel[axis] - 1) + 1;
-                    let out_size = input[axis].div_ceil(strides[axis]);
-                    let total = ((out_size.saturating_sub(1)) * strides[axis] + effective).saturating_sub(input[axis]);
+                    let effective = dilation[axis].saturating_mul(kernel[axis].saturating_sub(1)).saturating_add(1);
+                    let out_size = input[axis].div_ceil(strides[axis].max(1));
+                    let total = out_size
+                        .saturating_sub(1)
+                        .saturating_mul(strides[axis])
+                        .saturating_add(effective)
+                        .saturating_sub(input[axis]);
                     out[axis * 2] = total / 2;
                     out[axis * 2 + 1] = total - total / 2;
                 }
@@ -532,8 +545,21 @@ fn broadcast(inputs: &[Shape]) -> LResult<Shape> {
     Ok(out)
 }
 
-fn product(shape: &[usize]) -> u64 {
-    shape.iter().map(|&d| d as u64).product()
+/// Product of sizes, `None` on u64 overflow.
+fn checked_product(values: impl IntoIterator<Item = u64>) -> Option<u64> {
+    values.into_iter().try_fold(1u64, |acc, v| acc.checked_mul(v))
+}
+
+/// Elements of `shape` times `batch`, or why the tensor is too large to be real.
+pub fn tensor_elements(shape: &[usize], batch: usize) -> std::result::Result<u64, String> {
+    checked_product(shape.iter().chain([&batch]).map(|&d| d as u64)).filter(|&n| n <= MAX_ELEMENTS).ok_or_else(|| {
+        let times_batch = if batch == 1 { String::new() } else { format!(" times batch {batch}") };
+        format!("shape {shape:?}{times_batch} has more than 2^40 elements (4 TiB as f32): too large for any device")
+    })
+}
+
+fn too_large(field: &str, what: &str) -> LayerError {
+    LayerError::at(field, format!("the layer's {what} overflows a 64-bit count: sizes too large for any device"))
 }
 
 impl Op {
@@ -583,7 +609,20 @@ impl Op {
             if values.iter().any(|&v| v == 0) {
                 Err(LayerError::at(field, format!("must be positive, got {values:?}")))
             } else {
+                at_most_max(field, values)
+            }
+        }
+        fn at_most_max(field: &str, values: &[usize]) -> LResult<()> {
+            if let Some(v) = values.iter().find(|&&v| v > MAX_SIZE) {
+                Err(LayerError::at(field, format!("{v} is too large (at most {MAX_SIZE})")))
+            } else {
                 Ok(())
+            }
+        }
+        fn padding(field: &str, padding: &Padding) -> LResult<()> {
+            match padding {
+                Padding::Explicit(p) => at_most_max(field, p),
+                Padding::Valid | Padding::Same => Ok(()),
             }
         }
         match self {
@@ -593,6 +632,7 @@ impl Op {
                 positive("strides", &c.strides)?;
                 positive("dilation", &c.dilation)?;
                 positive("groups", &[c.groups])?;
+                padding("padding", &c.padding)?;
                 if c.filters % c.groups != 0 {
                     return Err(LayerError::at(
                         "groups",
@@ -605,11 +645,13 @@ impl Op {
                 positive("kernel", &c.kernel)?;
                 positive("strides", &c.strides)?;
                 positive("dilation", &c.dilation)?;
+                padding("padding", &c.padding)?;
             }
             Op::Dense(d) => positive("units", &[d.units])?,
             Op::MaxPool2d(p) | Op::AvgPool2d(p) => {
                 positive("pool_size", &p.pool_size)?;
                 positive("strides", &p.strides)?;
+                padding("padding", &p.padding)?;
             }
             Op::Reshape { target_shape } => {
                 if target_shape.iter().filter(|&&d| d == -1).count() > 1 {
@@ -621,13 +663,23 @@ impl Op {
                         format!("dimensions must be positive (or one -1), got {target_shape:?}"),
                     ));
                 }
+                if target_shape.iter().any(|&d| d as u64 > MAX_ELEMENTS && d > 0) {
+                    return Err(LayerError::at("target_shape", format!("{target_shape:?} is too large")));
+                }
             }
+            Op::ZeroPadding2d { padding } => at_most_max("padding", padding)?,
+            Op::Cropping2d { cropping } => at_most_max("cropping", cropping)?,
             Op::Dropout { rate } => {
                 if !(0.0..1.0).contains(rate) {
                     return Err(LayerError::at("rate", format!("must be in [0, 1), got {rate}")));
                 }
             }
-            Op::Unsupported { output_shape, .. } => positive("output_shape", output_shape)?,
+            Op::Unsupported { output_shape, .. } => {
+                if output_shape.is_empty() || output_shape.contains(&0) {
+                    return Err(LayerError::at("output_shape", format!("must be positive, got {output_shape:?}")));
+                }
+                tensor_elements(output_shape, 1).map_err(|e| LayerError::at("output_shape", e))?;
+            }
             _ => {}
         }
         Ok(())
@@ -636,6 +688,9 @@ impl Op {
     /// Output shape for the given input shapes, or the reason these inputs are impossible for this op.
     pub fn output_shape(&self, inputs: &[Shape]) -> LResult<Shape> {
         self.validate()?;
+        if inputs.is_empty() {
+            return Err(LayerError::at("inputs", format!("{} needs at least one input", self.layer_type())));
+        }
         if !self.is_multi_input() && inputs.len() != 1 {
             return Err(LayerError::at(
                 "inputs",
@@ -645,6 +700,24 @@ impl Op {
         if let Some(s) = inputs.iter().find(|s| s.contains(&0)) {
             return Err(LayerError::at("inputs", format!("input shape {s:?} has an empty dimension")));
         }
+        for s in inputs {
+            tensor_elements(s, 1).map_err(|e| LayerError::at("inputs", e))?;
+        }
+        let out = self.unchecked_output_shape(inputs)?;
+        let field = match self {
+            Op::Conv2d(_) => "filters",
+            Op::DepthwiseConv2d(_) => "depth_multiplier",
+            Op::Dense(_) => "units",
+            Op::ZeroPadding2d { .. } => "padding",
+            Op::Reshape { .. } => "target_shape",
+            _ => "inputs",
+        };
+        tensor_elements(&out, 1).map_err(|e| LayerError::at(field, format!("output {e}")))?;
+        Ok(out)
+    }
+
+    /// The output shape of validated hyperparameters and input shapes of at most [`MAX_ELEMENTS`] elements.
+    fn unchecked_output_shape(&self, inputs: &[Shape]) -> LResult<Shape> {
         Ok(match self {
             Op::Conv2d(c) => {
                 let chw = image(inputs, "conv2d")?;
@@ -660,7 +733,10 @@ impl Op {
             Op::DepthwiseConv2d(c) => {
                 let chw = image(inputs, "depthwise_conv2d")?;
                 let (_, [oh, ow]) = spatial_output(chw, c.kernel, c.strides, c.dilation, &c.padding, "kernel")?;
-                vec![chw[0] * c.depth_multiplier, oh, ow]
+                let channels = chw[0]
+                    .checked_mul(c.depth_multiplier)
+                    .ok_or_else(|| too_large("depth_multiplier", "output channels"))?;
+                vec![channels, oh, ow]
             }
             Op::Dense(d) => {
                 let s = &inputs[0];
@@ -683,10 +759,11 @@ impl Op {
                 let chw = image(inputs, self.layer_type().as_str())?;
                 vec![chw[0]]
             }
-            Op::Flatten => vec![product(&inputs[0]) as usize],
+            Op::Flatten => vec![inputs[0].iter().product()],
             Op::Reshape { target_shape } => {
-                let total = product(&inputs[0]);
-                let known: u64 = target_shape.iter().filter(|&&d| d > 0).map(|&d| d as u64).product();
+                let total: u64 = inputs[0].iter().map(|&d| d as u64).product();
+                let known = checked_product(target_shape.iter().filter(|&&d| d > 0).map(|&d| d as u64))
+                    .ok_or_else(|| LayerError::at("target_shape", format!("{target_shape:?} is too large")))?;
                 let mut out: Shape = Vec::with_capacity(target_shape.len());
                 for &d in target_shape {
                     if d == -1 {
@@ -701,7 +778,7 @@ impl Op {
                         out.push(d as usize);
                     }
                 }
-                if product(&out) != total {
+                if checked_product(out.iter().map(|&d| d as u64)) != Some(total) {
                     return Err(LayerError::at(
                         "target_shape",
                         format!("cannot reshape {:?} ({total} elements) to {target_shape:?}", inputs[0]),
@@ -762,22 +839,31 @@ impl Op {
         })
     }
 
-    /// Trainable + non-trainable parameters, counted as Keras counts them (batch norm: 4 per channel).
-    pub fn params(&self, inputs: &[Shape]) -> u64 {
+    /// Trainable + non-trainable parameters, counted as Keras counts them (batch norm: 4 per channel). Errors
+    /// when the count exceeds [`MAX_ELEMENTS`].
+    pub fn params(&self, inputs: &[Shape]) -> LResult<u64> {
         let channels = inputs.first().and_then(|s| s.first()).copied().unwrap_or(0) as u64;
-        match self {
+        let plus_bias =
+            |weights: Option<u64>, use_bias: bool, biases: u64| weights?.checked_add(if use_bias { biases } else { 0 });
+        let (count, field) = match self {
             Op::Conv2d(c) => {
-                let per_filter = (c.kernel[0] * c.kernel[1]) as u64 * channels / c.groups as u64;
-                per_filter * c.filters as u64 + if c.use_bias { c.filters as u64 } else { 0 }
+                let per_filter =
+                    checked_product([c.kernel[0] as u64, c.kernel[1] as u64, channels]).map(|n| n / c.groups as u64);
+                let filters = c.filters as u64;
+                (plus_bias(per_filter.and_then(|n| n.checked_mul(filters)), c.use_bias, filters), "filters")
             }
             Op::DepthwiseConv2d(c) => {
-                let out_c = channels * c.depth_multiplier as u64;
-                (c.kernel[0] * c.kernel[1]) as u64 * out_c + if c.use_bias { out_c } else { 0 }
+                let out_c = channels.checked_mul(c.depth_multiplier as u64);
+                let weights = out_c.and_then(|n| checked_product([c.kernel[0] as u64, c.kernel[1] as u64, n]));
+                (out_c.and_then(|n| plus_bias(weights, c.use_bias, n)), "depth_multiplier")
             }
-            Op::Dense(d) => channels * d.units as u64 + if d.use_bias { d.units as u64 } else { 0 },
-            Op::BatchNorm => 4 * channels,
-            _ => 0,
-        }
+            Op::Dense(d) => (plus_bias(channels.checked_mul(d.units as u64), d.use_bias, d.units as u64), "units"),
+            Op::BatchNorm => (channels.checked_mul(4), "inputs"),
+            _ => (Some(0), "inputs"),
+        };
+        count
+            .filter(|&n| n <= MAX_ELEMENTS)
+            .ok_or_else(|| LayerError::at(field, "more than 2^40 weights (4 TiB as f32): too large for any device"))
     }
 
     /// Parse one net.json layer object (without `name` / `inputs`, which the network handles).
@@ -1095,30 +1181,53 @@ impl LayerConfig {
         self.op.output_shape(&self.input_shapes)
     }
 
-    /// Element counts and FLOPs. Errors when the config's shapes are impossible.
+    /// Element counts and FLOPs. Errors when the config's shapes are impossible or too large to count.
     pub fn cost(&self) -> LResult<LayerCost> {
         let out = self.output_shape()?;
-        let batch = self.batch as u64;
-        let output_elems = product(&out) * batch;
-        let input_elems: u64 = self.input_shapes.iter().map(|s| product(s)).sum::<u64>() * batch;
-        let weight_elems = self.op.params(&self.input_shapes);
-        let in_c = self.input_shapes[0].first().copied().unwrap_or(1) as u64;
-        let act = |a: Activation| a.flops_per_element() * output_elems;
-        let flops = match &self.op {
+        let whole_batch = |s: &Shape, what: &str| {
+            tensor_elements(s, self.batch).map_err(|e| LayerError::at("batch_size", format!("{what} {e}")))
+        };
+        let output_elems = whole_batch(&out, "output")?;
+        let mut input_elems = 0;
+        for s in &self.input_shapes {
+            input_elems += whole_batch(s, "input")?;
+        }
+        let weight_elems = self.op.params(&self.input_shapes)?;
+        let kernel_field = match self.op {
+            Op::MaxPool2d(_) | Op::AvgPool2d(_) => "pool_size",
+            Op::Dense(_) => "units",
+            _ => "kernel",
+        };
+        let flops = self.flops(input_elems, output_elems).ok_or_else(|| too_large(kernel_field, "FLOP count"))?;
+        Ok(LayerCost { input_elems, weight_elems, output_elems, flops })
+    }
+
+    /// FLOPs of the whole batch (2 per multiply-accumulate), `None` when the count overflows u64.
+    fn flops(&self, input_elems: u64, output_elems: u64) -> Option<u64> {
+        let in_c = self.input_shapes.first().and_then(|s| s.first()).copied().unwrap_or(1) as u64;
+        let extra = |use_bias: bool, activation: Activation| {
+            activation.flops_per_element() * output_elems + if use_bias { output_elems } else { 0 }
+        };
+        let [kh, kw] = match &self.op {
+            Op::Conv2d(c) => c.kernel,
+            Op::DepthwiseConv2d(c) => c.kernel,
+            Op::MaxPool2d(p) | Op::AvgPool2d(p) => p.pool_size,
+            _ => [1, 1],
+        }
+        .map(|k| k as u64);
+        Some(match &self.op {
             Op::Conv2d(c) => {
-                let macs = output_elems * (c.kernel[0] * c.kernel[1]) as u64 * in_c / c.groups as u64;
-                2 * macs + if c.use_bias { output_elems } else { 0 } + act(c.activation)
+                let macs = checked_product([output_elems, kh, kw, in_c])? / c.groups as u64;
+                macs.checked_mul(2)?.checked_add(extra(c.use_bias, c.activation))?
             }
             Op::DepthwiseConv2d(c) => {
-                2 * output_elems * (c.kernel[0] * c.kernel[1]) as u64
-                    + if c.use_bias { output_elems } else { 0 }
-                    + act(c.activation)
+                checked_product([2, output_elems, kh, kw])?.checked_add(extra(c.use_bias, c.activation))?
             }
-            Op::Dense(d) => 2 * output_elems * in_c + if d.use_bias { output_elems } else { 0 } + act(d.activation),
-            Op::MaxPool2d(p) | Op::AvgPool2d(p) => output_elems * (p.pool_size[0] * p.pool_size[1]) as u64,
+            Op::Dense(d) => checked_product([2, output_elems, in_c])?.checked_add(extra(d.use_bias, d.activation))?,
+            Op::MaxPool2d(_) | Op::AvgPool2d(_) => checked_product([output_elems, kh, kw])?,
             Op::GlobalAvgPool2d | Op::GlobalMaxPool2d => input_elems,
-            Op::Add | Op::Multiply => output_elems * (self.input_shapes.len() as u64 - 1),
-            Op::Activation(a) => act(*a),
+            Op::Add | Op::Multiply => output_elems * (self.input_shapes.len() as u64).saturating_sub(1),
+            Op::Activation(a) => a.flops_per_element() * output_elems,
             Op::BatchNorm => 2 * output_elems,
             Op::Flatten
             | Op::Reshape { .. }
@@ -1127,8 +1236,7 @@ impl LayerConfig {
             | Op::ZeroPadding2d { .. }
             | Op::Cropping2d { .. }
             | Op::Unsupported { .. } => 0,
-        };
-        Ok(LayerCost { input_elems, weight_elems, output_elems, flops })
+        })
     }
 
     /// The regressors' feature vector, in the order of [`LayerType::feature_names`].
@@ -1220,7 +1328,7 @@ impl LayerConfig {
             as usize;
         let op = Op::from_json(&op_obj)?;
         let config = LayerConfig { op, input_shapes, batch };
-        config.output_shape()?;
+        config.cost()?;
         Ok(config)
     }
 }

@@ -5,7 +5,7 @@
 //! data. Validation happens once, on load, and every error names the file, the layer and the field.
 
 use crate::error::{Error, Location, Result};
-use crate::layer::{LayerConfig, LayerCost, LayerType, Op, Shape};
+use crate::layer::{tensor_elements, LayerConfig, LayerCost, LayerType, Op, Shape};
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::path::Path;
@@ -81,15 +81,24 @@ impl Network {
         if is_onnx {
             return crate::onnx::import_onnx(path, false);
         }
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        Network::from_json_str(&text, &path.display().to_string())
+        Network::from_json(&read_json(path)?, &path.display().to_string())
+    }
+
+    /// [`Network::load`] with the batch size replaced by `batch` when given (a command's `--batch`), validated
+    /// again so that a batch too large for the network is reported against the file.
+    pub fn load_with_batch(path: impl AsRef<Path>, batch: Option<usize>) -> Result<Network> {
+        let path = path.as_ref();
+        let mut net = Network::load(path)?;
+        if let Some(batch) = batch {
+            net.batch_size = batch;
+            net.analyze_in(&path.display().to_string())?;
+        }
+        Ok(net)
     }
 
     /// Parse and validate net.json text; `file` names the source in error messages.
     pub fn from_json_str(text: &str, file: &str) -> Result<Network> {
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| Error::spec(Location::file(file), format!("invalid JSON: {e}")))?;
-        Network::from_json(&value, file)
+        Network::from_json(&parse_json(text, file)?, file)
     }
 
     pub fn from_json(value: &Value, file: &str) -> Result<Network> {
@@ -193,6 +202,9 @@ impl Network {
         if self.batch_size == 0 {
             return Err(Error::spec(Location::file(file).field("batch_size"), "must be positive"));
         }
+        tensor_elements(&self.input_shape, 1).map_err(|e| Error::spec(Location::file(file).field("input_shape"), e))?;
+        tensor_elements(&self.input_shape, self.batch_size)
+            .map_err(|e| Error::spec(Location::file(file).field("batch_size"), format!("the input {e}")))?;
         let mut analysis = Analysis {
             sources: Vec::with_capacity(n),
             input_shapes: Vec::with_capacity(n),
@@ -278,6 +290,20 @@ impl Network {
     pub fn unsupported_layers(&self) -> Vec<&Layer> {
         self.layers.iter().filter(|l| l.op.layer_type() == LayerType::Unsupported).collect()
     }
+}
+
+/// Read a JSON file the user wrote (net.json, configs.json): text that is not UTF-8 or not JSON is bad input
+/// naming the file.
+pub fn read_json(path: &Path) -> Result<Value> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let file = path.display().to_string();
+    let text = String::from_utf8(bytes)
+        .map_err(|e| Error::spec(Location::file(&file), format!("not UTF-8 text (JSON is expected): {e}")))?;
+    parse_json(&text, &file)
+}
+
+fn parse_json(text: &str, file: &str) -> Result<Value> {
+    serde_json::from_str(text).map_err(|e| Error::spec(Location::file(file), format!("invalid JSON: {e}")))
 }
 
 fn layer_error(loc: Location, e: crate::layer::LayerError) -> Error {

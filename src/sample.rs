@@ -9,7 +9,7 @@
 
 use crate::error::{write_atomic, Error, Location, Result};
 use crate::layer::{Activation, Dense, DepthwiseConv2d, LayerConfig, LayerType, Op};
-use crate::network::Network;
+use crate::network::{read_json, Network};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -111,14 +111,11 @@ pub fn load_zoo_dir(zoo_dir: &Path) -> Result<Vec<Network>> {
     paths.sort();
     let mut nets = Vec::with_capacity(paths.len());
     for path in paths {
-        let file = path.display().to_string();
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
-        let value: Value = serde_json::from_str(&text)
-            .map_err(|e| Error::spec(Location::file(&file), format!("invalid JSON: {e}")))?;
+        let value = read_json(&path)?;
         if value.get("configs").is_some() {
             continue;
         }
-        nets.push(Network::from_json(&value, &file)?);
+        nets.push(Network::from_json(&value, &path.display().to_string())?);
     }
     if nets.is_empty() {
         return Err(Error::spec(
@@ -172,6 +169,12 @@ pub fn sample(networks: &[Network], options: &SampleOptions) -> Result<(ConfigSe
         let (found, unique) = found_counts.get(&t).copied().unwrap_or((0, 0));
         counts.push(TypeCounts { layer_type: t, found, unique, augmented: list.len() - unique });
         configs.extend(list);
+    }
+    let largest_batch = options.batch_sizes.iter().copied().max().unwrap_or(1);
+    for c in &configs {
+        LayerConfig { batch: largest_batch, ..c.config.clone() }.cost().map_err(|e| {
+            Error::Invalid(format!("batch size {largest_batch} is impossible for config {}: {e}", c.source))
+        })?;
     }
     Ok((ConfigSet { seed: options.seed, batch_sizes: options.batch_sizes.clone(), configs }, counts))
 }
@@ -337,11 +340,7 @@ impl ConfigSet {
     /// Read a config set; errors name the file, the config (`configs[i]` and its source) and the field.
     pub fn load(path: impl AsRef<Path>) -> Result<ConfigSet> {
         let path = path.as_ref();
-        let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        let value: Value = serde_json::from_str(&text)
-            .map_err(|e| Error::spec(Location::file(&file), format!("invalid JSON: {e}")))?;
-        Self::from_json(&value, &file)
+        Self::from_json(&read_json(path)?, &path.display().to_string())
     }
 
     pub fn from_json(value: &Value, file: &str) -> Result<ConfigSet> {

@@ -60,3 +60,22 @@ fn bench_rejects_what_it_cannot_run() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("no-such-device") && err.contains("local"), "{err}");
 }
+
+/// A valid network far larger than any machine's memory is refused with a clear message before anything is
+/// allocated (found in QA: it would abort on allocation failure or wake the OOM killer).
+#[test]
+fn bench_refuses_a_network_larger_than_memory() {
+    if std::fs::read_to_string("/proc/meminfo").is_err() {
+        eprintln!("SKIPPED bench_refuses_a_network_larger_than_memory: no /proc/meminfo on this system");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let giant = r#"{"name": "giant", "input_shape": [64, 50000, 50000],
+      "layers": [{"name": "c", "type": "conv2d", "filters": 1, "kernel": 1}]}"#;
+    std::fs::write(dir.path().join("giant.json"), giant).unwrap();
+    let out = perfmodel(dir.path(), &["bench", "giant.json", "--rounds", "1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("giant") && err.contains("GiB") && err.contains("available"), "{err}");
+    assert!(!err.contains("panicked") && !err.contains("memory allocation"), "{err}");
+}

@@ -200,3 +200,97 @@ fn missing_file_is_an_error_not_a_panic() {
     assert_ne!(out.status.code(), Some(0));
     assert!(stderr.contains("nope.json") && !stderr.contains("panicked"), "{stderr}");
 }
+
+/// Sizes far beyond any device (each taken from a crash found in QA: u64 products of shapes overflowed) are
+/// clear errors naming the field, never a panic or a wrapped count.
+#[test]
+fn absurd_sizes_are_errors_not_overflows() {
+    const MAX: &str = "18446744073709551615"; // 2^64 - 1
+    let net = |input_shape: &str, layer: &str| {
+        format!(r#"{{"input_shape": {input_shape}, "layers": [{{"name": "x", {layer}}}]}}"#)
+    };
+    for input_shape in ["[100000, 100000, 100000]", "[9223372036854775808, 3, 3]"] {
+        let err = inspect_bad(&net(input_shape, r#""type": "flatten""#));
+        assert!(err.contains("field 'input_shape'") && err.contains("2^40 elements"), "{err}");
+    }
+    let err = inspect_bad(&format!(
+        r#"{{"batch_size": {MAX}, "input_shape": [3, 8, 8], "layers": [{{"type": "conv2d", "filters": 8, "kernel": 3}}]}}"#
+    ));
+    assert!(err.contains("field 'batch_size'") && err.contains("2^40 elements"), "{err}");
+    let cases = [
+        ("[3, 8, 8]", format!(r#""type": "conv2d", "filters": {MAX}, "kernel": 3"#), "filters", "too large"),
+        (
+            "[3, 8, 8]",
+            format!(r#""type": "conv2d", "filters": 2, "kernel": 3, "dilation": {MAX}"#),
+            "dilation",
+            "too large",
+        ),
+        (
+            "[3, 8, 8]",
+            format!(r#""type": "conv2d", "filters": 2, "kernel": 3, "padding": [{MAX}, 1, 1, 1]"#),
+            "padding",
+            "too large",
+        ),
+        ("[3, 8, 8]", format!(r#""type": "zero_padding2d", "padding": {MAX}"#), "padding", "too large"),
+        ("[3, 8, 8]", format!(r#""type": "cropping2d", "cropping": [{MAX}, {MAX}, 0, 0]"#), "cropping", "too large"),
+        (
+            "[3, 8, 8]",
+            r#""type": "reshape", "target_shape": [4294967296, 4294967296]"#.into(),
+            "target_shape",
+            "too large",
+        ),
+        (
+            "[3, 8, 8]",
+            format!(r#""type": "unsupported", "op_type": "X", "output_shape": [{MAX}, {MAX}]"#),
+            "output_shape",
+            "2^40",
+        ),
+        // Each size is allowed, their products are not.
+        ("[16777216]", r#""type": "dense", "units": 16777216"#.into(), "units", "2^40 weights"),
+        (
+            "[1, 1048576, 1048576]",
+            r#""type": "depthwise_conv2d", "kernel": 1048576, "depth_multiplier": 16777216"#.into(),
+            "depth_multiplier",
+            "2^40 weights",
+        ),
+        (
+            "[1, 1048576, 1048576]",
+            r#""type": "max_pool2d", "pool_size": 16777216, "strides": 1, "padding": "same""#.into(),
+            "pool_size",
+            "FLOP count",
+        ),
+        (
+            "[1, 1048576, 1048576]",
+            r#""type": "zero_padding2d", "padding": 16777216"#.into(),
+            "padding",
+            "2^40 elements",
+        ),
+    ];
+    for (input_shape, layer, field, message) in cases {
+        let err = inspect_bad(&net(input_shape, &layer));
+        names(&err, "x", 0, field);
+        assert!(err.contains(message), "{layer}: {err}");
+    }
+}
+
+#[test]
+fn batch_override_too_large_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("res.json"), RESIDUAL).unwrap();
+    let out = perfmodel(dir.path(), &["inspect", "res.json", "--batch", "99999999999999999"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("res.json") && err.contains("field 'batch_size'") && !err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn binary_garbage_is_bad_input() {
+    let err = inspect_bad("{\"name\": \"\u{0}\u{1}\", \"layers\": [".to_string().as_str());
+    assert!(err.contains("invalid JSON"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("bad.json"), b"{\"name\": \"\xff\xfe\"}").unwrap();
+    let out = perfmodel(dir.path(), &["inspect", "bad.json"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("bad.json") && err.contains("not UTF-8"), "{err}");
+}

@@ -264,3 +264,54 @@ fn pytorch_style_graphs_fold_shape_chains_and_fuse() {
     // Unnamed nodes take their output tensor's name.
     assert_eq!(net.layers[0].name, "t1");
 }
+
+/// Hostile or broken files found in QA: each is a clear error naming the file, exit code 2, never a panic.
+#[test]
+fn hostile_models_are_clear_errors() {
+    use tract_onnx::pb::{tensor_shape_proto::dimension::Value as Dim, type_proto::Value as Type};
+    let dir = tempfile::tempdir().unwrap();
+    let check = |name: &str, model_bytes: Vec<u8>, wanted: &[&str]| {
+        std::fs::write(dir.path().join(name), model_bytes).unwrap();
+        let out = perfmodel(dir.path(), &["import-onnx", name, "-o", "net.json"]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains(name) && !err.contains("panicked"), "{err}");
+        for w in wanted {
+            assert!(err.contains(w), "{name}: expected '{w}' in: {err}");
+        }
+        assert!(!dir.path().join("net.json").exists(), "nothing may be written on error");
+    };
+    let good = export_network(&residual_concat()).unwrap().model;
+    let bytes = good.encode_to_vec();
+    check("truncated.onnx", bytes[..bytes.len() / 2].to_vec(), &["not a readable ONNX model"]);
+
+    let mut dynamic = good.clone();
+    let input = &mut dynamic.graph.as_mut().unwrap().input[0];
+    let Some(Type::TensorType(t)) = input.r#type.as_mut().unwrap().value.as_mut() else { panic!("tensor input") };
+    t.shape.as_mut().unwrap().dim[2].value = Some(Dim::DimParam("height".into()));
+    check("dynamic.onnx", dynamic.encode_to_vec(), &["symbolic ('height')", "fixed input shape"]);
+
+    let with_stem_attr = |attr: AttributeProto| {
+        let mut model = good.clone();
+        let stem = model.graph.as_mut().unwrap().node.iter_mut().find(|n| n.name == "stem").unwrap();
+        stem.attribute.retain(|a| a.name != attr.name);
+        stem.attribute.push(attr);
+        model.encode_to_vec()
+    };
+    let ints = |name: &str, ints: Vec<i64>| AttributeProto {
+        name: name.into(),
+        r#type: AttributeType::Ints as i32,
+        ints,
+        ..Default::default()
+    };
+    let huge = 1i64 << 62;
+    check(
+        "pads.onnx",
+        with_stem_attr(ints("pads", vec![huge, huge, huge, huge])),
+        &["'stem'", "'padding'", "too large"],
+    );
+    check("strides.onnx", with_stem_attr(ints("strides", vec![huge, huge])), &["'stem'", "'strides'", "too large"]);
+    check("dilations.onnx", with_stem_attr(ints("dilations", vec![-1, 1])), &["stem", "dilations"]);
+    let group = AttributeProto { name: "group".into(), r#type: AttributeType::Int as i32, i: -1, ..Default::default() };
+    check("group.onnx", with_stem_attr(group), &["stem", "group"]);
+}

@@ -200,3 +200,17 @@ fn tvm_import_of_a_bad_file_names_it_and_writes_nothing() {
     assert!(text(&out).contains("random_dense_2_1.json") && text(&out).contains("'time'"), "{}", text(&out));
     assert!(!data.join("d/dense.csv").exists(), "nothing may be written when a file is bad");
 }
+
+#[test]
+fn training_a_subset_keeps_the_other_models() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, models) = (tmp.path().join("data"), tmp.path().join("models"));
+    synthetic_dense(&data, "synth", 40);
+    for metric in ["latency", "memory"] {
+        let out = train(&data, &models, &["--methods", "linear", "--metrics", metric]);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let store = ModelStore::open(&models, "synth").unwrap();
+    assert!(store.predictor(LayerType::Dense, Metric::Latency).is_some(), "the latency model was dropped");
+    assert!(store.predictor(LayerType::Dense, Metric::Memory).is_some());
+}

@@ -173,6 +173,18 @@ fn sample_covers_every_main_type_with_found_and_augmented_configs() {
     assert!(set.configs.iter().any(|c| c.count >= 10));
 }
 
+/// The keys of every layer config of these networks.
+fn config_keys(entries: &[zoo::ZooEntry]) -> BTreeSet<String> {
+    entries
+        .iter()
+        .flat_map(|e| {
+            let net = (e.build)();
+            let a = net.analyze().unwrap();
+            (0..net.layers.len()).map(move |i| a.config(&net, i).key().unwrap()).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 #[test]
 fn holdout_networks_are_never_sampled() {
     let dir = tempfile::tempdir().unwrap();
@@ -185,22 +197,8 @@ fn holdout_networks_are_never_sampled() {
     }
     // Layers that only holdout networks contain are absent: AlexNet's 11x11 stride-4 stem, the MNIST CNN's
     // 1x28x28 input, YOLO's leaky ReLU.
-    let holdout_keys: BTreeSet<String> = zoo::holdout()
-        .iter()
-        .flat_map(|e| {
-            let net = (e.build)();
-            let a = net.analyze().unwrap();
-            (0..net.layers.len()).map(move |i| a.config(&net, i).key().unwrap()).collect::<Vec<_>>()
-        })
-        .collect();
-    let zoo_keys: BTreeSet<String> = zoo::architectures()
-        .iter()
-        .flat_map(|e| {
-            let net = (e.build)();
-            let a = net.analyze().unwrap();
-            (0..net.layers.len()).map(move |i| a.config(&net, i).key().unwrap()).collect::<Vec<_>>()
-        })
-        .collect();
+    let holdout_keys = config_keys(&zoo::holdout());
+    let zoo_keys = config_keys(&zoo::architectures());
     let holdout_only: Vec<&String> = holdout_keys.difference(&zoo_keys).collect();
     assert!(holdout_only.len() > 20, "holdout networks should contain unseen configs");
     let sampled: BTreeSet<String> = set.configs.iter().map(|c| c.config.key().unwrap()).collect();
@@ -225,6 +223,15 @@ fn layer_filter_and_bad_arguments() {
     let out = perfmodel(dir.path(), &["zoo", "sample", "--zoo-dir", "missing", "-o", "x.json"]);
     assert_ne!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing"));
+    // A batch size no config can have (found in QA: it was written to configs.json for the collector to fail on).
+    let out = perfmodel(
+        dir.path(),
+        &["zoo", "sample", "--zoo-dir", "zoo", "--batch-sizes", "1,99999999999999", "-o", "x.json"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("batch size 99999999999999") && err.contains("2^40") && !err.contains("panicked"), "{err}");
+    assert!(!dir.path().join("x.json").exists());
 }
 
 #[test]
@@ -241,4 +248,16 @@ fn corrupt_config_set_names_file_config_and_field() {
     let err = ConfigSet::load(&path).unwrap_err().to_string();
     assert!(err.contains("configs.json") && err.contains("#1") && err.contains("b/conv"), "{err}");
     assert!(err.contains("config.kernel"), "{err}");
+    // Sizes whose products overflow u64 (found in QA: a panic) and bytes that are not text.
+    std::fs::write(
+        &path,
+        r#"{"seed": 1, "batch_sizes": [1], "configs": [
+{"config": {"type": "dense", "units": 4, "input_shapes": [[8]], "batch_size": 18446744073709551615}, "source": "a/fc"}]}"#,
+    )
+    .unwrap();
+    let err = ConfigSet::load(&path).unwrap_err().to_string();
+    assert!(err.contains("configs.json") && err.contains("a/fc") && err.contains("config.batch_size"), "{err}");
+    std::fs::write(&path, b"{\"seed\": \xff}").unwrap();
+    let err = ConfigSet::load(&path).unwrap_err().to_string();
+    assert!(err.contains("configs.json") && err.contains("not UTF-8"), "{err}");
 }

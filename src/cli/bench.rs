@@ -11,8 +11,8 @@ pub struct Args {
     /// Network to run (net.json or .onnx)
     net: PathBuf,
     /// Timed rounds (the median is reported)
-    #[arg(long, default_value_t = 10)]
-    rounds: usize,
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    rounds: u64,
     /// Untimed warm-up runs before the first round
     #[arg(long, default_value_t = 3)]
     warmup: usize,
@@ -22,6 +22,7 @@ pub struct Args {
     /// Device profile whose executor threads to use (collectors/NAME.toml); this machine is `local`
     #[arg(long, default_value = "local")]
     device: String,
+    /// Output format: a table, or JSON with keys network, total {latency_ms, peak_memory_mib}, layers
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
 }
@@ -33,12 +34,9 @@ enum Format {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let mut net = Network::load(&args.net)?;
-    if let Some(batch) = args.batch {
-        net.batch_size = batch as usize;
-    }
+    let net = Network::load_with_batch(&args.net, args.batch.map(|b| b as usize))?;
     let device = DeviceProfile::load(&super::default_dir("collectors"), &args.device)?;
-    let profile = profile_network(&net, device.threads, args.rounds, args.warmup)
+    let profile = profile_network(&net, device.threads, args.rounds as usize, args.warmup)
         .with_context(|| format!("benchmarking {}", args.net.display()))?;
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&profile)?),

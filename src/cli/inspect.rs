@@ -14,8 +14,8 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
     /// Batch size (overrides the file's batch_size)
-    #[arg(long)]
-    batch: Option<usize>,
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    batch: Option<u64>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -25,13 +25,7 @@ enum Format {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let mut net = Network::load(&args.net)?;
-    if let Some(batch) = args.batch {
-        if batch == 0 {
-            return Err(perfmodel::Error::Invalid("--batch must be positive".into()).into());
-        }
-        net.batch_size = batch;
-    }
+    let net = Network::load_with_batch(&args.net, args.batch.map(|b| b as usize))?;
     let analysis = net.analyze()?;
     let mut text = String::new();
     let total_elems = |f: fn(&perfmodel::layer::LayerCost) -> u64| analysis.costs.iter().map(f).sum::<u64>();

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 pub enum Command {
     /// Write every architecture as <dir>/<name>.json and the holdout networks as <dir>/holdout/<name>.json
     Export {
+        /// Directory to write into (created if missing)
         #[arg(short, long, default_value = "zoo")]
         output: PathBuf,
     },

@@ -62,6 +62,7 @@ pub fn profile_network(network: &Network, threads: usize, rounds: usize, warmup:
     if rounds == 0 {
         return Err(Error::Invalid("bench needs at least one round".into()));
     }
+    check_fits_in_memory(network, available_memory_bytes())?;
     let executor = TractExecutor::new(threads)?;
     let baseline = alloc::current_bytes();
     let mut workload = executor.network_workload(network)?;
@@ -126,6 +127,36 @@ pub fn profile_network(network: &Network, threads: usize, rounds: usize, warmup:
             .collect(),
         unattributed_ms: median(&mut unattributed),
     })
+}
+
+/// Refuse a network that cannot fit in the memory available (its weights plus the largest layer's input and
+/// output, as f32: a lower bound), with a clear error instead of an allocation abort or the OOM killer mid-run.
+fn check_fits_in_memory(network: &Network, available_bytes: Option<u64>) -> Result<()> {
+    let Some(available) = available_bytes else { return Ok(()) };
+    let analysis = network.analyze()?;
+    let weights: u64 = analysis.costs.iter().map(|c| c.weight_elems).sum();
+    let largest_step = analysis.costs.iter().map(|c| c.input_elems + c.output_elems).max().unwrap_or(0);
+    let needed = (weights + largest_step).saturating_mul(4);
+    if needed <= available {
+        return Ok(());
+    }
+    const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+    Err(Error::Executor(format!(
+        "network '{}' (batch {}) needs at least {:.1} GiB (weights plus the largest layer's input and output), \
+         only {:.1} GiB of memory is available here",
+        network.name,
+        network.batch_size,
+        needed as f64 / GIB,
+        available as f64 / GIB
+    )))
+}
+
+/// `MemAvailable` from `/proc/meminfo` (Linux), `None` where it cannot be read.
+fn available_memory_bytes() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -282,6 +313,15 @@ mod tests {
         // At least the conv weights and one activation tensor of 8x12x12 floats.
         let weights = 2 * (8 * 8 * 9 + 8) * 4;
         assert!(profile.total.planned_memory_mib * 1048576.0 >= (weights + 8 * 144 * 4) as f64, "{profile:?}");
+    }
+
+    #[test]
+    fn networks_larger_than_memory_are_refused_before_running() {
+        let net = residual();
+        let err = check_fits_in_memory(&net, Some(1000)).unwrap_err().to_string();
+        assert!(err.contains(&format!("network '{}'", net.name)) && err.contains("GiB"), "{err}");
+        check_fits_in_memory(&net, Some(1 << 30)).unwrap();
+        check_fits_in_memory(&net, None).unwrap();
     }
 
     #[test]

@@ -103,7 +103,7 @@ impl Dataset {
             x.iter().for_each(|v| h.update(v.to_le_bytes()));
             h.update(y.to_le_bytes());
         }
-        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+        store::hex(&h.finalize())
     }
 
     /// Rows for the isolation forest: features and target on a log scale (sizes and latencies span orders of
@@ -150,6 +150,9 @@ pub struct TripletResult {
     pub data_hash: String,
     pub train_seconds: f64,
     pub learning_curve: Option<LearningCurve>,
+    /// Median coefficient of variation of the repeated timings behind the latency rows (latency only, when the
+    /// data records it): context for the model's error — a busy machine during collection shows up here.
+    pub median_latency_cv: Option<f64>,
 }
 
 impl TripletResult {
@@ -224,6 +227,7 @@ pub fn train_triplet(
         data_hash: clean.hash(),
         train_seconds,
         learning_curve,
+        median_latency_cv: None,
     })
 }
 
@@ -338,9 +342,19 @@ pub fn train_device(
                 });
             } else {
                 let label = format!("{layer_type}/{metric}");
-                let result = train_triplet(layer_type, metric, &dataset, &candidates, options, |what| {
+                let mut result = train_triplet(layer_type, metric, &dataset, &candidates, options, |what| {
                     progress(done, total, &format!("{label}: {what}"))
                 })?;
+                if metric == Metric::Latency {
+                    let mut cvs: Vec<f64> = samples
+                        .iter()
+                        .filter(|s| s.metric(metric).is_some())
+                        .filter_map(|s| s.latency_cv)
+                        .filter(|v| v.is_finite())
+                        .collect();
+                    cvs.sort_by(f64::total_cmp);
+                    result.median_latency_cv = cvs.get(cvs.len() / 2).copied();
+                }
                 results.push(result);
             }
             done += 1;
@@ -402,7 +416,7 @@ fn write_models(models_dir: &Path, device: &str, results: &[TripletResult]) -> R
         perfmodel_version: crate::VERSION.to_string(),
         device: device.to_string(),
         feature_names,
-        data_hash: device_hash.finalize().iter().map(|b| format!("{b:02x}")).collect(),
+        data_hash: store::hex(&device_hash.finalize()),
         models: entries,
     };
     ModelStore::save(models_dir, &mut manifest, &files)?;

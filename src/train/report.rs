@@ -159,6 +159,14 @@ pub fn markdown(run: &TrainRun, bench: &StoreBench, options_line: &str) -> Strin
             r.chosen().label,
             &r.data_hash[..16]
         );
+        if let Some(cv) = r.median_latency_cv {
+            let _ = writeln!(
+                md,
+                "Spread of the measurements: the repeated timings behind each row have a median coefficient of \
+                 variation of {:.1} % (a busy machine during collection shows up here).\n",
+                100.0 * cv
+            );
+        }
         let _ = writeln!(
             md,
             "| candidate | MAPE % | R² | MAE | MedAE | MaxE | CV s |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |"

@@ -154,8 +154,13 @@ fn check_feature_names(path: &Path, layer_type: LayerType, names: &[String]) -> 
     Ok(())
 }
 
+/// Lower-case hex of a digest.
+pub fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    hex(&Sha256::digest(bytes))
 }
 
 pub fn device_dir(models_dir: &Path, device: &str) -> PathBuf {

@@ -35,43 +35,31 @@ pub trait ConvSpec: Sized {
     }
 }
 
-impl ConvSpec for Conv2d {
-    fn stride(mut self, s: usize) -> Self {
-        self.strides = [s, s];
-        self
-    }
-    fn padding(mut self, p: Padding) -> Self {
-        self.padding = p;
-        self
-    }
-    fn bias(mut self, use_bias: bool) -> Self {
-        self.use_bias = use_bias;
-        self
-    }
-    fn act(mut self, a: Activation) -> Self {
-        self.activation = a;
-        self
-    }
+/// Both convolution specs have the same field names for these hyperparameters.
+macro_rules! impl_conv_spec {
+    ($($spec:ty),*) => {$(
+        impl ConvSpec for $spec {
+            fn stride(mut self, s: usize) -> Self {
+                self.strides = [s, s];
+                self
+            }
+            fn padding(mut self, p: Padding) -> Self {
+                self.padding = p;
+                self
+            }
+            fn bias(mut self, use_bias: bool) -> Self {
+                self.use_bias = use_bias;
+                self
+            }
+            fn act(mut self, a: Activation) -> Self {
+                self.activation = a;
+                self
+            }
+        }
+    )*};
 }
 
-impl ConvSpec for DepthwiseConv2d {
-    fn stride(mut self, s: usize) -> Self {
-        self.strides = [s, s];
-        self
-    }
-    fn padding(mut self, p: Padding) -> Self {
-        self.padding = p;
-        self
-    }
-    fn bias(mut self, use_bias: bool) -> Self {
-        self.use_bias = use_bias;
-        self
-    }
-    fn act(mut self, a: Activation) -> Self {
-        self.activation = a;
-        self
-    }
-}
+impl_conv_spec!(Conv2d, DepthwiseConv2d);
 
 /// Keras `_make_divisible` / `_depth`: round `v` to a multiple of `divisor`, never dropping more than 10 %.
 pub fn make_divisible(v: f64, divisor: usize) -> usize {

@@ -58,16 +58,22 @@ fn classifier(b: &mut Builder) {
     b.dense("predictions", 1000, Activation::Softmax);
 }
 
+/// The stem both networks share: 299 x 299 x 3 down to 35 x 35 x 192.
+fn stem(b: &mut Builder) -> String {
+    use Padding::{Same as S, Valid as V};
+    let x = conv_bn(b, "input", 32, 3, 3, 2, V);
+    let x = conv_bn(b, &x, 32, 3, 3, 1, V);
+    let x = conv_bn(b, &x, 64, 3, 3, 1, S);
+    let x = pool_from(b, &x, "max_pooling2d".into(), true, 3, 2, V);
+    let x = conv_bn(b, &x, 80, 1, 1, 1, V);
+    let x = conv_bn(b, &x, 192, 3, 3, 1, V);
+    pool_from(b, &x, "max_pooling2d_1".into(), true, 3, 2, V)
+}
+
 pub fn inception_v3() -> Network {
     use Padding::{Same as S, Valid as V};
     let mut b = Builder::new("inceptionv3", vec![3, 299, 299]);
-    let x = conv_bn(&mut b, "input", 32, 3, 3, 2, V);
-    let x = conv_bn(&mut b, &x, 32, 3, 3, 1, V);
-    let x = conv_bn(&mut b, &x, 64, 3, 3, 1, S);
-    let x = pool_from(&mut b, &x, "max_pooling2d".into(), true, 3, 2, V);
-    let x = conv_bn(&mut b, &x, 80, 1, 1, 1, V);
-    let x = conv_bn(&mut b, &x, 192, 3, 3, 1, V);
-    let mut x = pool_from(&mut b, &x, "max_pooling2d_1".into(), true, 3, 2, V);
+    let mut x = stem(&mut b);
 
     // mixed 0, 1, 2: 35 x 35.
     for (i, pool_filters) in [32, 64, 64].into_iter().enumerate() {
@@ -136,13 +142,7 @@ pub fn inception_v3() -> Network {
 pub fn inception_resnet_v2() -> Network {
     use Padding::{Same as S, Valid as V};
     let mut b = Builder::new("inceptionresnetv2", vec![3, 299, 299]);
-    let x = conv_bn(&mut b, "input", 32, 3, 3, 2, V);
-    let x = conv_bn(&mut b, &x, 32, 3, 3, 1, V);
-    let x = conv_bn(&mut b, &x, 64, 3, 3, 1, S);
-    let x = pool_from(&mut b, &x, "max_pooling2d".into(), true, 3, 2, V);
-    let x = conv_bn(&mut b, &x, 80, 1, 1, 1, V);
-    let x = conv_bn(&mut b, &x, 192, 3, 3, 1, V);
-    let x = pool_from(&mut b, &x, "max_pooling2d_1".into(), true, 3, 2, V);
+    let x = stem(&mut b);
     // mixed_5b: 35 x 35 x 320.
     let b0 = same(&mut b, &x, 96, 1, 1);
     let b1 = same(&mut b, &x, 48, 1, 1);
