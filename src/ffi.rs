@@ -700,6 +700,12 @@ mod tests {
         let net = layers_net(&[conv(8, 9)], &[3, 4, 4]).unwrap();
         let err = net.analyze().unwrap_err().to_string();
         assert!(err.contains("layer 'layer0' (#0), field 'kernel'"), "{err}");
+        // Sizes whose products overflow u64 (found in QA: a panic in debug builds, a wrapped count in release).
+        let (_, err) = message(layers_net(&[conv(i64::MAX, 1)], &[3, 4, 4]));
+        assert!(err.contains("layer 'layer0' (#0), field 'filters'") && err.contains("too large"), "{err}");
+        let net = layers_net(&[conv(8, 1)], &[1 << 40, 1 << 40, 1]).unwrap();
+        let err = net.analyze().unwrap_err().to_string();
+        assert!(err.contains("field 'input_shape'") && err.contains("2^40"), "{err}");
     }
 
     fn last_error() -> String {

@@ -663,7 +663,7 @@ impl Op {
                         format!("dimensions must be positive (or one -1), got {target_shape:?}"),
                     ));
                 }
-                if target_shape.iter().any(|&d| d as u64 > MAX_ELEMENTS && d > 0) {
+                if target_shape.iter().any(|&d| d > 0 && d as u64 > MAX_ELEMENTS) {
                     return Err(LayerError::at("target_shape", format!("{target_shape:?} is too large")));
                 }
             }
@@ -676,7 +676,10 @@ impl Op {
             }
             Op::Unsupported { output_shape, .. } => {
                 if output_shape.is_empty() || output_shape.contains(&0) {
-                    return Err(LayerError::at("output_shape", format!("must be positive, got {output_shape:?}")));
+                    return Err(LayerError::at(
+                        "output_shape",
+                        format!("must be a non-empty list of positive sizes, got {output_shape:?}"),
+                    ));
                 }
                 tensor_elements(output_shape, 1).map_err(|e| LayerError::at("output_shape", e))?;
             }
@@ -1099,7 +1102,8 @@ impl<'a> Fields<'a> {
                 "same" => Ok(Padding::Same),
                 _ => Err(LayerError::at(key, format!("expected \"valid\", \"same\" or [t, b, l, r], got \"{s}\""))),
             },
-            Some(v) => Self::quad_of(key, v).map(Padding::Explicit),
+            Some(v @ (Value::Array(_) | Value::Number(_))) => Self::quad_of(key, v).map(Padding::Explicit),
+            Some(v) => Err(LayerError::at(key, format!("expected \"valid\", \"same\" or [t, b, l, r], got {v}"))),
         }
     }
     fn activation(&mut self, key: &'static str, default: Activation) -> LResult<Activation> {
@@ -1178,20 +1182,20 @@ impl LayerConfig {
         if self.batch == 0 {
             return Err(LayerError::at("batch_size", "must be positive"));
         }
-        self.op.output_shape(&self.input_shapes)
+        let out = self.op.output_shape(&self.input_shapes)?;
+        for s in self.input_shapes.iter().chain([&out]) {
+            tensor_elements(s, self.batch).map_err(|e| LayerError::at("batch_size", e))?;
+        }
+        Ok(out)
     }
 
     /// Element counts and FLOPs. Errors when the config's shapes are impossible or too large to count.
     pub fn cost(&self) -> LResult<LayerCost> {
         let out = self.output_shape()?;
-        let whole_batch = |s: &Shape, what: &str| {
-            tensor_elements(s, self.batch).map_err(|e| LayerError::at("batch_size", format!("{what} {e}")))
-        };
-        let output_elems = whole_batch(&out, "output")?;
-        let mut input_elems = 0;
-        for s in &self.input_shapes {
-            input_elems += whole_batch(s, "input")?;
-        }
+        // `output_shape` checked that every tensor of the whole batch has at most MAX_ELEMENTS elements.
+        let whole_batch = |s: &Shape| s.iter().map(|&d| d as u64).product::<u64>() * self.batch as u64;
+        let output_elems = whole_batch(&out);
+        let input_elems = self.input_shapes.iter().map(whole_batch).sum();
         let weight_elems = self.op.params(&self.input_shapes)?;
         let kernel_field = match self.op {
             Op::MaxPool2d(_) | Op::AvgPool2d(_) => "pool_size",

@@ -170,13 +170,19 @@ pub fn sample(networks: &[Network], options: &SampleOptions) -> Result<(ConfigSe
         counts.push(TypeCounts { layer_type: t, found, unique, augmented: list.len() - unique });
         configs.extend(list);
     }
-    let largest_batch = options.batch_sizes.iter().copied().max().unwrap_or(1);
-    for c in &configs {
-        LayerConfig { batch: largest_batch, ..c.config.clone() }.cost().map_err(|e| {
-            Error::Invalid(format!("batch size {largest_batch} is impossible for config {}: {e}", c.source))
-        })?;
-    }
+    check_batch_sizes(&configs, &options.batch_sizes).map_err(Error::Invalid)?;
     Ok((ConfigSet { seed: options.seed, batch_sizes: options.batch_sizes.clone(), configs }, counts))
+}
+
+/// Every config must be possible at the largest batch size, or the collector would fail on each one.
+fn check_batch_sizes(configs: &[SampledConfig], batch_sizes: &[usize]) -> std::result::Result<(), String> {
+    let largest = batch_sizes.iter().copied().max().unwrap_or(1);
+    for c in configs {
+        LayerConfig { batch: largest, ..c.config.clone() }
+            .cost()
+            .map_err(|e| format!("batch size {largest} is impossible for config {}: {e}", c.source))?;
+    }
+    Ok(())
 }
 
 /// Unique configs per type, in insertion order, deduplicated by [`LayerConfig::key`].
@@ -383,6 +389,7 @@ impl ConfigSet {
             };
             configs.push(SampledConfig { config, source, count });
         }
+        check_batch_sizes(&configs, &batch_sizes).map_err(|e| Error::spec(at("batch_sizes"), e))?;
         Ok(ConfigSet { seed, batch_sizes, configs })
     }
 }

@@ -1,11 +1,7 @@
 //! `perfmodel bench` through the real binary on a tiny network: real tract runs, JSON with per-layer times.
 
-use std::path::Path;
-use std::process::{Command, Output};
-
-fn perfmodel(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_perfmodel")).current_dir(dir).args(args).output().expect("run perfmodel")
-}
+mod common;
+use common::perfmodel;
 
 const TINY: &str = r#"{"name": "tiny", "batch_size": 2, "input_shape": [3, 32, 32],
   "layers": [

@@ -2,12 +2,9 @@
 //! no panic, and stderr naming the file, the layer (name and index) and the field.
 
 use perfmodel::Network;
-use std::path::Path;
-use std::process::Command;
 
-fn perfmodel(dir: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_perfmodel")).current_dir(dir).args(args).output().expect("run perfmodel")
-}
+mod common;
+use common::perfmodel;
 
 /// Run `perfmodel inspect bad.json` on `text`; return stderr after checking exit code 2 and no panic.
 fn inspect_bad(text: &str) -> String {
@@ -293,4 +290,19 @@ fn binary_garbage_is_bad_input() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("bad.json") && err.contains("not UTF-8"), "{err}");
+}
+
+#[test]
+fn concat_axis_reshape_and_dense_on_an_image() {
+    let err = inspect_bad(&net_with(r#"{"name": "cat", "type": "concat", "axis": 3, "inputs": ["c2", "c2"]}"#));
+    names(&err, "cat", 2, "axis");
+    assert!(err.contains("out of range for rank 3"), "{err}");
+    let err = inspect_bad(&net_with(r#"{"name": "r", "type": "reshape", "target_shape": [7, -1]}"#));
+    names(&err, "r", 2, "target_shape");
+    assert!(err.contains("cannot reshape [16, 15, 15] (3600 elements)"), "{err}");
+    let err = inspect_bad(&net_with(r#"{"name": "fc", "type": "dense", "units": 10}"#));
+    names(&err, "fc", 2, "inputs");
+    assert!(err.contains("flat [features] input") && err.contains("flatten"), "{err}");
+    let err = inspect_bad(r#"{"input_shape": [3, 8, 8], "layers": []}"#);
+    assert!(err.contains("field 'layers'") && err.contains("at least one layer"), "{err}");
 }

@@ -7,16 +7,10 @@ use perfmodel::onnx::export_network;
 use perfmodel::{Layer, Network};
 use prost::Message;
 use std::path::Path;
-use std::process::{Command, Output};
 use tract_onnx::pb::{attribute_proto::AttributeType, AttributeProto, ModelProto};
 
-fn perfmodel(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_perfmodel")).current_dir(dir).args(args).output().expect("run perfmodel")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).to_string()
-}
+mod common;
+use common::{perfmodel, stderr};
 
 fn write_model(dir: &Path, name: &str, model: &ModelProto) {
     std::fs::write(dir.join(name), model.encode_to_vec()).unwrap();
@@ -290,14 +284,22 @@ fn hostile_models_are_clear_errors() {
     let Some(Type::TensorType(t)) = input.r#type.as_mut().unwrap().value.as_mut() else { panic!("tensor input") };
     t.shape.as_mut().unwrap().dim[2].value = Some(Dim::DimParam("height".into()));
     check("dynamic.onnx", dynamic.encode_to_vec(), &["symbolic ('height')", "fixed input shape"]);
+    let mut giant = good.clone();
+    let input = &mut giant.graph.as_mut().unwrap().input[0];
+    let Some(Type::TensorType(t)) = input.r#type.as_mut().unwrap().value.as_mut() else { panic!("tensor input") };
+    for d in &mut t.shape.as_mut().unwrap().dim[2..] {
+        d.value = Some(Dim::DimValue(1 << 40));
+    }
+    check("giant.onnx", giant.encode_to_vec(), &["input 'input'", "2^40 elements"]);
 
-    let with_stem_attr = |attr: AttributeProto| {
+    let with_attrs = |node: &str, attrs: Vec<AttributeProto>| {
         let mut model = good.clone();
-        let stem = model.graph.as_mut().unwrap().node.iter_mut().find(|n| n.name == "stem").unwrap();
-        stem.attribute.retain(|a| a.name != attr.name);
-        stem.attribute.push(attr);
+        let node = model.graph.as_mut().unwrap().node.iter_mut().find(|n| n.name == node).unwrap();
+        node.attribute.retain(|a| !attrs.iter().any(|b| b.name == a.name));
+        node.attribute.extend(attrs);
         model.encode_to_vec()
     };
+    let with_stem_attr = |attr: AttributeProto| with_attrs("stem", vec![attr]);
     let ints = |name: &str, ints: Vec<i64>| AttributeProto {
         name: name.into(),
         r#type: AttributeType::Ints as i32,
@@ -308,10 +310,33 @@ fn hostile_models_are_clear_errors() {
     check(
         "pads.onnx",
         with_stem_attr(ints("pads", vec![huge, huge, huge, huge])),
-        &["'stem'", "'padding'", "too large"],
+        &["node 'stem' (Conv)", "'pads'", "outside"],
     );
-    check("strides.onnx", with_stem_attr(ints("strides", vec![huge, huge])), &["'stem'", "'strides'", "too large"]);
+    check(
+        "strides.onnx",
+        with_stem_attr(ints("strides", vec![huge, huge])),
+        &["node 'stem' (Conv)", "'strides'", "outside"],
+    );
     check("dilations.onnx", with_stem_attr(ints("dilations", vec![-1, 1])), &["stem", "dilations"]);
     let group = AttributeProto { name: "group".into(), r#type: AttributeType::Int as i32, i: -1, ..Default::default() };
     check("group.onnx", with_stem_attr(group), &["stem", "group"]);
+    let mut flat_weights = good.clone();
+    let graph = flat_weights.graph.as_mut().unwrap();
+    let stem_weights = graph.node.iter().find(|n| n.name == "stem").unwrap().input[1].clone();
+    let w = graph.initializer.iter_mut().find(|t| t.name == stem_weights).unwrap();
+    w.dims = vec![w.dims[0], w.dims[1], w.dims[2] * w.dims[3]];
+    check("flat_weights.onnx", flat_weights.encode_to_vec(), &["stem"]);
+    // Sizes that arrive as constant tensors rather than attributes (opset 11 Pad).
+    let mut padded = Network::new("padded", vec![3, 8, 8]);
+    padded.layers = vec![Layer::new("pad", Op::ZeroPadding2d { padding: [1, 1, 1, 1] })];
+    let mut pad_model = export_network(&padded).unwrap().model;
+    let pads = pad_model.graph.as_mut().unwrap().initializer.iter_mut().find(|t| t.name == "pad/pads").unwrap();
+    pads.int64_data = vec![0, 0, i64::MAX, i64::MAX, 0, 0, i64::MAX, i64::MAX];
+    check("pad_tensor.onnx", pad_model.encode_to_vec(), &["pad"]);
+    let ceil =
+        AttributeProto { name: "ceil_mode".into(), r#type: AttributeType::Int as i32, i: 1, ..Default::default() };
+    let pool_pads = vec![ints("pads", vec![i64::MAX; 4]), ceil.clone()];
+    check("pool_pads.onnx", with_attrs("pool", pool_pads), &["node 'pool' (MaxPool)", "'pads'", "outside"]);
+    let pool_kernel = vec![ints("kernel_shape", vec![huge, huge]), ceil];
+    check("pool_kernel.onnx", with_attrs("pool", pool_kernel), &["node 'pool' (MaxPool)", "'kernel_shape'"]);
 }

@@ -6,7 +6,9 @@ use perfmodel::sample::ConfigSet;
 use perfmodel::{zoo, Network};
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Command;
+
+mod common;
+use common::perfmodel;
 
 /// Published total parameters, typed in here independently of the constants beside the builders
 /// (Keras Applications docs unless noted).
@@ -49,10 +51,6 @@ const PUBLISHED: [(&str, u64); 30] = [
     // Placeholder row checked below to have no published figure.
     ("shufflenet_like", 0),
 ];
-
-fn perfmodel(dir: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_perfmodel")).current_dir(dir).args(args).output().expect("run perfmodel")
-}
 
 fn ok(out: &std::process::Output) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
@@ -257,6 +255,17 @@ fn corrupt_config_set_names_file_config_and_field() {
     .unwrap();
     let err = ConfigSet::load(&path).unwrap_err().to_string();
     assert!(err.contains("configs.json") && err.contains("a/fc") && err.contains("config.batch_size"), "{err}");
+    std::fs::write(
+        &path,
+        r#"{"seed": 1, "batch_sizes": [1, 99999999999999], "configs": [
+{"config": {"type": "dense", "units": 4, "input_shapes": [[8]]}, "source": "a/fc"}]}"#,
+    )
+    .unwrap();
+    let err = ConfigSet::load(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("field 'batch_sizes'") && err.contains("batch size 99999999999999") && err.contains("a/fc"),
+        "{err}"
+    );
     std::fs::write(&path, b"{\"seed\": \xff}").unwrap();
     let err = ConfigSet::load(&path).unwrap_err().to_string();
     assert!(err.contains("configs.json") && err.contains("not UTF-8"), "{err}");

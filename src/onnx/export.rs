@@ -11,7 +11,7 @@
 //! layers.
 
 use crate::error::{Error, Location, Result};
-use crate::layer::{Activation, LayerConfig, Op, Shape};
+use crate::layer::{Activation, Conv2d, LayerConfig, Op, Shape};
 use crate::network::{Network, Source, INPUT};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -238,45 +238,20 @@ impl GraphBuilder {
         let x = inputs[0].as_str();
         let channels = shapes[0].first().copied().unwrap_or(1);
         match op {
-            Op::Conv2d(c) => {
-                let weight_dims =
-                    vec![c.filters as i64, (channels / c.groups) as i64, c.kernel[0] as i64, c.kernel[1] as i64];
-                let fan_in = channels / c.groups * c.kernel[0] * c.kernel[1];
-                let spatial = [shapes[0][1], shapes[0][2]];
-                let pads = c.padding.resolve(spatial, c.kernel, c.strides, c.dilation);
-                self.conv(
-                    name,
-                    x,
-                    weight_dims,
-                    fan_in,
-                    c.groups,
-                    c.kernel,
-                    c.strides,
-                    c.dilation,
-                    pads,
-                    c.use_bias,
-                    c.activation,
-                );
-            }
-            Op::DepthwiseConv2d(c) => {
-                let out_c = channels * c.depth_multiplier;
-                let weight_dims = vec![out_c as i64, 1, c.kernel[0] as i64, c.kernel[1] as i64];
-                let spatial = [shapes[0][1], shapes[0][2]];
-                let pads = c.padding.resolve(spatial, c.kernel, c.strides, c.dilation);
-                let fan_in = c.kernel[0] * c.kernel[1];
-                self.conv(
-                    name,
-                    x,
-                    weight_dims,
-                    fan_in,
-                    channels,
-                    c.kernel,
-                    c.strides,
-                    c.dilation,
-                    pads,
-                    c.use_bias,
-                    c.activation,
-                );
+            Op::Conv2d(c) => self.grouped_conv(name, x, c, &shapes[0]),
+            Op::DepthwiseConv2d(d) => {
+                // ONNX has no depthwise op: it is a grouped convolution with one group per input channel.
+                let c = Conv2d {
+                    filters: channels * d.depth_multiplier,
+                    kernel: d.kernel,
+                    strides: d.strides,
+                    dilation: d.dilation,
+                    groups: channels,
+                    padding: d.padding,
+                    use_bias: d.use_bias,
+                    activation: d.activation,
+                };
+                self.grouped_conv(name, x, &c, &shapes[0]);
             }
             Op::Dense(d) => {
                 let w = self.random(format!("{name}/weight"), vec![channels as i64, d.units as i64], channels);
@@ -410,6 +385,27 @@ impl GraphBuilder {
         ];
         let ins: Vec<&str> = ins.iter().map(String::as_str).collect();
         self.with_activation(name, activation, |g, out| g.node(name.to_string(), "Conv", &ins, out, attrs));
+    }
+
+    /// A (grouped) convolution of a `[C, H, W]` input, with weights and bias from the seeded generator.
+    fn grouped_conv(&mut self, name: &str, x: &str, c: &Conv2d, input: &[usize]) {
+        let in_per_group = input[0] / c.groups;
+        let weight_dims = vec![c.filters as i64, in_per_group as i64, c.kernel[0] as i64, c.kernel[1] as i64];
+        let fan_in = in_per_group * c.kernel[0] * c.kernel[1];
+        let pads = c.padding.resolve([input[1], input[2]], c.kernel, c.strides, c.dilation);
+        self.conv(
+            name,
+            x,
+            weight_dims,
+            fan_in,
+            c.groups,
+            c.kernel,
+            c.strides,
+            c.dilation,
+            pads,
+            c.use_bias,
+            c.activation,
+        );
     }
 
     /// Emit a layer's main node through `main(graph, output_tensor)`, followed by its fused activation.

@@ -21,7 +21,7 @@
 //! - A symbolic batch dimension is fixed to 1; any other symbolic input dimension is an error.
 
 use crate::error::{Error, Result};
-use crate::layer::{Activation, Conv2d, Dense, DepthwiseConv2d, Op, Padding, Pool2d, Shape};
+use crate::layer::{tensor_elements, Activation, Conv2d, Dense, DepthwiseConv2d, Op, Padding, Pool2d, Shape, MAX_SIZE};
 use crate::network::{Layer, Network, INPUT};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -116,11 +116,16 @@ impl<'a> Importer<'a> {
         if full_shape.len() < 2 {
             return Err(err(format!("input '{}' has shape {full_shape:?}: expected [batch, ...]", input.name)));
         }
+        // tract's shape inference does unchecked arithmetic on sizes: absurd ones are refused before it sees them.
+        tensor_elements(&full_shape[1..], full_shape[0]).map_err(|e| err(format!("input '{}': {e}", input.name)))?;
+        check_size_attributes(graph).map_err(err)?;
         let parsed =
             tract_onnx::onnx().parse(proto, None).map_err(|e| err(format!("tract cannot parse the graph: {e:#}")))?;
         let mut model = parsed.model;
         let outlets = parsed.outlets_by_name;
-        let input_outlet = outlets[&input.name];
+        let input_outlet = *outlets
+            .get(&input.name)
+            .ok_or_else(|| err(format!("tract found no tensor for input '{}'", input.name)))?;
         let fact =
             model.outlet_fact(input_outlet).map_err(|e| err(format!("{e:#}")))?.clone().with_shape(full_shape.clone());
         model.set_outlet_fact(input_outlet, fact).map_err(|e| err(format!("{e:#}")))?;
@@ -426,8 +431,10 @@ impl<'a> Importer<'a> {
                     return Err(format!("only 2-D convolutions are supported (input {in_shape:?})"));
                 }
                 let weight = node.input.get(1).and_then(|w| self.value(w)).ok_or("the weights are not constant")?;
-                let filters = weight.shape()[0];
-                let kernel = [weight.shape()[2], weight.shape()[3]];
+                let &[filters, _, kh, kw] = weight.shape() else {
+                    return Err(format!("the weights have shape {:?}, expected 4 dimensions", weight.shape()));
+                };
+                let kernel = [kh, kw];
                 let strides = pair_attr(node, "strides").map_err(attr_err)?;
                 let dilation = pair_attr(node, "dilations").map_err(attr_err)?;
                 let groups = node.get_attr_opt::<i64>("group").map_err(attr_err)?.unwrap_or(1) as usize;
@@ -771,6 +778,22 @@ fn hard_sigmoid_is_hard_swish_gate(node: &NodeProto) -> bool {
     let alpha = node.get_attr_opt::<f32>("alpha").ok().flatten().unwrap_or(0.2);
     let beta = node.get_attr_opt::<f32>("beta").ok().flatten().unwrap_or(0.5);
     (alpha - 1.0 / 6.0).abs() < 1e-4 && (beta - 0.5).abs() < 1e-6
+}
+
+/// Size attributes of convolution and pooling nodes must lie in `0..=MAX_SIZE`, as perfmodel's own layers do.
+fn check_size_attributes(graph: &tract_onnx::pb::GraphProto) -> std::result::Result<(), String> {
+    const SIZES: [&str; 4] = ["pads", "kernel_shape", "strides", "dilations"];
+    for node in &graph.node {
+        for attr in node.attribute.iter().filter(|a| SIZES.contains(&a.name.as_str())) {
+            if let Some(v) = attr.ints.iter().find(|&&v| !(0..=MAX_SIZE as i64).contains(&v)) {
+                return Err(format!(
+                    "node '{}' ({}): attribute '{}' has {v}, outside 0..={MAX_SIZE}",
+                    node.name, node.op_type, attr.name
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A 2-element attribute (strides, dilations, kernel_shape), 1 when absent.
