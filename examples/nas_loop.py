@@ -240,18 +240,19 @@ def describe(stem, blocks):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lib", default=os.path.join(REPO, "target", "debug", "libperfmodel.so"))
-    parser.add_argument("--models", default=os.path.join(REPO, "models"))
+    parser.add_argument("--lib", default=os.path.join(REPO, "target", "debug", "libperfmodel.so"),
+                        help="the perfmodel cdylib (built by cargo build)")
+    parser.add_argument("--models", default=os.path.join(REPO, "models"), help="trained models (perfmodel train)")
     parser.add_argument("--data", default=os.path.join(REPO, "data"), help="collected data (unused by 'learned')")
     parser.add_argument("--collectors", default=os.path.join(REPO, "collectors"),
                         help="device profiles: the memory bandwidth prices cheap layers that have no predictor")
-    parser.add_argument("--device", default="local")
+    parser.add_argument("--device", default="local", help="device whose models answer")
     parser.add_argument("--iterations", type=int, default=20000, help="candidates to estimate")
     parser.add_argument("--budget-ms", type=float, default=1.0, help="latency budget per inference")
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--population", type=int, default=64)
-    parser.add_argument("--sample", type=int, default=16)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch", type=int, default=1, help="batch size of every candidate")
+    parser.add_argument("--population", type=int, default=64, help="population size (the oldest candidate is evicted)")
+    parser.add_argument("--sample", type=int, default=16, help="candidates drawn to pick the best as the next parent")
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the mutations")
     args = parser.parse_args()
 
     try:

@@ -606,7 +606,7 @@ impl Op {
     /// Check hyperparameters that do not depend on the input (positive sizes, ranges).
     pub fn validate(&self) -> LResult<()> {
         fn positive(field: &str, values: &[usize]) -> LResult<()> {
-            if values.iter().any(|&v| v == 0) {
+            if values.contains(&0) {
                 Err(LayerError::at(field, format!("must be positive, got {values:?}")))
             } else {
                 at_most_max(field, values)
