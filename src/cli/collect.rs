@@ -150,11 +150,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         perfmodel::error::write_atomic(&path, serde_json::to_string_pretty(&report)?.as_bytes())?;
         println!(
             "re-measured {} samples of '{}' in a fresh process: relative latency difference median {:.1}%, \
-             90th percentile {:.1}% (details: {})",
+             90th percentile {:.1}%; median new/stored ratio {:.2} (details: {})",
             report.samples.len(),
             profile.name,
             100.0 * report.median_relative_difference,
             100.0 * report.p90_relative_difference,
+            report.median_ratio,
             path.display()
         );
         return Ok(());

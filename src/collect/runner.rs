@@ -541,6 +541,14 @@ pub struct Remeasurement {
     pub samples: Vec<(String, String, f64, f64, f64)>,
     pub median_relative_difference: f64,
     pub p90_relative_difference: f64,
+    /// Median of new / stored latency: far from 1 means the machine's load changed, not noise within a run.
+    pub median_ratio: f64,
+    /// `/proc/loadavg` before and after the re-measurement (other processes compete for this machine's cores).
+    pub load_average: (Option<String>, Option<String>),
+}
+
+fn load_average() -> Option<String> {
+    std::fs::read_to_string("/proc/loadavg").ok().map(|s| s.trim().to_string())
 }
 
 /// Measure `count` random stored `ok` samples of the device again (same protocol, interleaved groups) and compare
@@ -564,6 +572,7 @@ pub fn remeasure(
             message: format!("no ok samples in {} to re-measure", data_dir.join(&profile.name).display()),
         });
     }
+    let load_before = load_average();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let chosen: Vec<Sample> = stored.choose_multiple(&mut rng, count).cloned().collect();
     observer.planned(chosen.len());
@@ -580,12 +589,16 @@ pub fn remeasure(
     }
     let mut rel: Vec<f64> = samples.iter().map(|s| s.4).collect();
     rel.sort_by(f64::total_cmp);
+    let mut ratios: Vec<f64> = samples.iter().map(|s| s.3 / s.2).collect();
+    ratios.sort_by(f64::total_cmp);
     Ok(Remeasurement {
         device: profile.name.clone(),
         timestamp: data::now_rfc3339(),
         samples,
         median_relative_difference: quantile_sorted(&rel, 0.5),
         p90_relative_difference: quantile_sorted(&rel, 0.9),
+        median_ratio: quantile_sorted(&ratios, 0.5),
+        load_average: (load_before, load_average()),
     })
 }
 
