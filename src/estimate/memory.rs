@@ -91,11 +91,11 @@ pub fn peak_bytes(sources: &[Vec<Source>], steps: &[Step], input_bytes: u64, wei
     for i in 0..n {
         live += allocated_at[i];
         if steps[i].executes {
-            peak = peak.max(live + steps[i].workspace_bytes);
+            peak = peak.max(live.saturating_add(steps[i].workspace_bytes));
         }
         live -= freed_after[i];
     }
-    weight_bytes + peak
+    weight_bytes.saturating_add(peak)
 }
 
 #[cfg(test)]

@@ -276,7 +276,11 @@ impl Estimator {
                         row.power_w = p.power_w;
                         row.predictor = p.predictor;
                         match p.memory_mib {
-                            Some(m) => workspace_bytes = ((m * MIB) as u64).saturating_sub(io_bytes + weight_bytes),
+                            Some(m) => {
+                                // `as` saturates: an absurd extrapolation stays huge instead of wrapping.
+                                let predicted = if m.is_finite() && m > 0.0 { (m * MIB) as u64 } else { 0 };
+                                workspace_bytes = predicted.saturating_sub(io_bytes.saturating_add(weight_bytes));
+                            }
                             None => missing_memory += 1,
                         }
                     }
