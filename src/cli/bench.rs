@@ -27,11 +27,7 @@ pub struct Args {
     format: Format,
 }
 
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum Format {
-    Table,
-    Json,
-}
+use super::TableOrJson as Format;
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let net = Network::load_with_batch(&args.net, args.batch.map(|b| b as usize))?;

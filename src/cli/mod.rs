@@ -94,6 +94,13 @@ fn exit_code(e: &anyhow::Error) -> i32 {
     }
 }
 
+/// Output format of the commands that print either a table or JSON.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum TableOrJson {
+    Table,
+    Json,
+}
+
 /// A project directory (`data`, `models`, `zoo`, `collectors`): `./NAME` when it exists, else the one shipped
 /// beside the sources this binary was built from, so `cargo run` and an installed binary both find them.
 pub fn default_dir(name: &str) -> PathBuf {

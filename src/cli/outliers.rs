@@ -29,11 +29,7 @@ pub struct Args {
     format: Format,
 }
 
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum Format {
-    Table,
-    Json,
-}
+use super::TableOrJson as Format;
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let net = Network::load(&args.net)?;

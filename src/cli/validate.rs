@@ -25,11 +25,7 @@ pub struct Args {
     format: Format,
 }
 
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum Format {
-    Table,
-    Json,
-}
+use super::TableOrJson as Format;
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let device = DeviceProfile::load(&args.estimator.collectors_dir(), &args.estimator.device)?;
