@@ -5,8 +5,8 @@
 //! Uses the trained models in `$PERFMODEL_MODELS` (default: the shipped `models/`) for `$PERFMODEL_DEVICE`
 //! (default `local`), with the shipped device profiles, as `perfmodel estimate` does. The team builds with the
 //! dev profile only, so run it as
-//! `cargo bench --profile dev --bench estimate` (the perfmodel crate itself is then unoptimised; dependencies
-//! are built with opt-level 3).
+//! `cargo bench --profile dev --bench estimate` (Cargo.toml builds perfmodel itself at opt-level 2 and its
+//! dependencies at opt-level 3 in that profile).
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use perfmodel::estimate::{Dirs, Estimator};

@@ -5,12 +5,13 @@
 //! `model_for_proto_model` is the stable route into tract, whose internal op structs change between versions.
 //!
 //! Threads: tract runs single-threaded unless tract-linalg is built with its `multithread-mm` feature and a
-//! thread-pool executor is installed. This build does not enable that feature (it would rebuild all of tract),
-//! so [`TractExecutor::new`] accepts exactly one thread and says why for any other count.
+//! thread-pool executor is in scope. This build enables the feature; a [`TractExecutor`] with `threads > 1` owns
+//! a rayon pool of that size and every run of its workloads happens inside `multithread_tract_scope`, so the
+//! device profile's `threads` is what the measurement uses (and other executors in the process are unaffected).
 
 mod profile;
 
-pub use profile::{profile_network, LayerProfile, NetworkProfile, TotalProfile};
+pub use profile::{profile_network, profile_networks, LayerProfile, NetworkProfile, TotalProfile};
 
 use crate::error::{Error, Result};
 use crate::layer::LayerConfig;
@@ -43,19 +44,33 @@ pub const TRACT_VERSION: &str = "0.23.9";
 #[derive(Debug, Clone)]
 pub struct TractExecutor {
     threads: usize,
+    pool: tract_linalg::multithread::Executor,
 }
 
+/// More threads than this is a typo, not a machine.
+const MAX_THREADS: usize = 1024;
+
 impl TractExecutor {
-    /// An executor using `threads` threads; only 1 is available in this build (see the module docs).
+    /// An executor running tract on `threads` threads (1 = tract's plain single-threaded path).
     pub fn new(threads: usize) -> Result<TractExecutor> {
-        if threads != 1 {
+        use tract_linalg::multithread::Executor as Pool;
+        if threads == 0 || threads > MAX_THREADS {
             return Err(Error::Executor(format!(
-                "tract can only run on 1 thread in this build, {threads} requested: multi-threaded tract needs \
-                 tract-linalg's `multithread-mm` feature, which perfmodel does not enable (set threads = 1 in the \
-                 device profile)"
+                "threads must be between 1 and {MAX_THREADS}, got {threads} (set threads in the device profile)"
             )));
         }
-        Ok(TractExecutor { threads })
+        let pool = if threads == 1 {
+            Pool::SingleThread
+        } else {
+            // tract's own constructor panics when the OS refuses the threads; build the pool ourselves instead.
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(|i| format!("perfmodel-tract-{i}"))
+                .build()
+                .map_err(|e| Error::Executor(format!("cannot start {threads} tract threads: {e}")))?;
+            Pool::MultiThread(std::sync::Arc::new(pool))
+        };
+        Ok(TractExecutor { threads, pool })
     }
 
     pub fn threads(&self) -> usize {
@@ -65,13 +80,13 @@ impl TractExecutor {
     /// The concrete tract workload of one layer config.
     pub fn layer_workload(&self, config: &LayerConfig) -> Result<TractWorkload> {
         let exported = export_layer(config)?;
-        TractWorkload::build(&exported, &format!("{} layer", config.layer_type()))
+        TractWorkload::build(&exported, &format!("{} layer", config.layer_type()), self.pool.clone())
     }
 
     /// The concrete tract workload of a whole network.
     pub fn network_workload(&self, network: &Network) -> Result<TractWorkload> {
         let exported = export_network(network)?;
-        TractWorkload::build(&exported, &format!("network '{}'", network.name))
+        TractWorkload::build(&exported, &format!("network '{}'", network.name), self.pool.clone())
     }
 }
 
@@ -95,10 +110,12 @@ pub struct TractWorkload {
     inputs: TVec<TValue>,
     /// Owner layer of every exported ONNX node, for attributing per-node times.
     owners: std::collections::HashMap<String, String>,
+    /// The executor's thread pool, in scope for every run.
+    pool: tract_linalg::multithread::Executor,
 }
 
 impl TractWorkload {
-    fn build(exported: &Exported, what: &str) -> Result<TractWorkload> {
+    fn build(exported: &Exported, what: &str, pool: tract_linalg::multithread::Executor) -> Result<TractWorkload> {
         let fail = |stage: &str, e: TractError| Error::Executor(format!("{what}: tract failed to {stage}: {e:#}"));
         let model = tract_onnx::onnx().model_for_proto_model(&exported.model).map_err(|e| fail("load the model", e))?;
         let plan = model
@@ -119,12 +136,14 @@ impl TractWorkload {
             inputs.push(data.into_tvalue());
         }
         let state = plan.spawn().map_err(|e| fail("create a run state", e))?;
-        Ok(TractWorkload { state, inputs, owners: exported.owners.clone() })
+        Ok(TractWorkload { state, inputs, owners: exported.owners.clone(), pool })
     }
 
     /// Run once and return the outputs.
     pub fn run_outputs(&mut self) -> Result<TVec<TValue>> {
-        self.state.run(self.inputs.clone()).map_err(|e| Error::Executor(format!("inference failed: {e:#}")))
+        let (state, inputs) = (&mut self.state, self.inputs.clone());
+        tract_linalg::multithread::multithread_tract_scope(self.pool.clone(), || state.run(inputs))
+            .map_err(|e| Error::Executor(format!("inference failed: {e:#}")))
     }
 }
 
@@ -166,6 +185,20 @@ mod tests {
         run_and_check(&LayerConfig::new(Op::Conv2d(conv), vec![vec![3, 17, 17]], 2));
         let dense = Dense { units: 10, use_bias: true, activation: Activation::Softmax };
         run_and_check(&LayerConfig::new(Op::Dense(dense), vec![vec![64]], 3));
+    }
+
+    #[test]
+    fn several_threads_compute_what_one_thread_computes() {
+        // Large enough that tract's matmul dispatcher actually splits the work across the pool.
+        let config = LayerConfig::new(Op::Conv2d(Conv2d::new(128, [3, 3])), vec![vec![64, 40, 40]], 2);
+        let one = executor().layer_workload(&config).unwrap().run_outputs().unwrap();
+        let pooled = TractExecutor::new(2).unwrap();
+        assert_eq!(pooled.threads(), 2);
+        let two = pooled.layer_workload(&config).unwrap().run_outputs().unwrap();
+        let (a, b) = (one[0].to_plain_array_view::<f32>().unwrap(), two[0].to_plain_array_view::<f32>().unwrap());
+        assert_eq!(a.shape(), b.shape());
+        let max_diff = a.iter().zip(b.iter()).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+        assert!(max_diff < 1e-3, "2-thread output differs from 1-thread output by {max_diff}");
     }
 
     #[test]
@@ -219,8 +252,8 @@ mod tests {
         let op = Op::Unsupported { op_type: "LRN".into(), output_shape: vec![8, 9, 9] };
         let err = executor().layer_workload(&LayerConfig::new(op, vec![vec![8, 9, 9]], 1)).err().unwrap();
         assert!(err.to_string().contains("'LRN'"), "{err}");
-        let err = TractExecutor::new(4).unwrap_err();
-        assert!(err.to_string().contains("multithread-mm"), "{err}");
+        let err = TractExecutor::new(0).unwrap_err();
+        assert!(err.to_string().contains("threads must be between 1"), "{err}");
     }
 
     #[test]

@@ -52,11 +52,13 @@ pub struct AugmentBudget {
     pub filters: usize,
     /// Random dense (features, units) pairs.
     pub dense: usize,
+    /// Found convolutions split into groups (ResNeXt/ShuffleNet-style group convolutions).
+    pub grouped: usize,
 }
 
 impl Default for AugmentBudget {
     fn default() -> Self {
-        AugmentBudget { depthwise: 150, dilated: 80, filters: 200, dense: 250 }
+        AugmentBudget { depthwise: 150, dilated: 80, filters: 200, dense: 250, grouped: 150 }
     }
 }
 
@@ -87,6 +89,9 @@ impl TypeCounts {
     }
 }
 
+/// Group counts tried on found convolutions: the common ones of grouped architectures (ShuffleNet 2-8,
+/// ResNeXt 32), where they divide both the input channels and the filters.
+const GROUPS: [usize; 6] = [2, 3, 4, 8, 16, 32];
 /// Dilation rates tried on found convolutions.
 const DILATIONS: [usize; 3] = [2, 4, 8];
 /// Pool sizes tried on found pooling inputs.
@@ -323,6 +328,27 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
         let op = Op::Dense(Dense { units, use_bias: true, activation });
         added += pool.augmented(LayerConfig::new(op, vec![vec![features]], 1), "dense") as usize;
     }
+
+    // Grouped variants, drawn last so that adding them left every earlier draw (and config) unchanged. The
+    // engine runs a grouped convolution as one small product per group, so its cost per FLOP is not that of
+    // the ungrouped layer: without such samples a grouped network is badly underestimated.
+    order.shuffle(rng);
+    let mut added = 0;
+    for &i in &order {
+        if added == budget.grouped {
+            break;
+        }
+        let (c, inputs) = &convs[i];
+        let channels = inputs.first().and_then(|shape| shape.first()).copied().unwrap_or(0);
+        let fitting: Vec<usize> =
+            GROUPS.iter().copied().filter(|&g| channels % g == 0 && channels / g >= 2 && c.filters % g == 0).collect();
+        if fitting.is_empty() {
+            continue;
+        }
+        let mut grouped = c.clone();
+        grouped.groups = fitting[rng.random_range(0..fitting.len())];
+        added += pool.augmented(LayerConfig::new(Op::Conv2d(grouped), inputs.clone(), 1), "grouped") as usize;
+    }
 }
 
 impl ConfigSet {
@@ -410,5 +436,19 @@ mod tests {
         assert_eq!(back, a);
         let conv = counts.iter().find(|c| c.layer_type == LayerType::Conv2d).unwrap();
         assert!(conv.unique > 0 && conv.augmented > 0 && conv.found >= conv.unique);
+        // Grouped variants: valid group counts that split both channels and filters, and nothing else changed.
+        let grouped: Vec<&SampledConfig> = a.configs.iter().filter(|c| c.source == "augment:grouped").collect();
+        assert!(!grouped.is_empty());
+        for c in grouped {
+            let Op::Conv2d(op) = &c.config.op else { panic!("{c:?}") };
+            let channels = c.config.input_shapes[0][0];
+            assert!(op.groups > 1 && channels % op.groups == 0 && op.filters % op.groups == 0, "{c:?}");
+            assert!(c.config.cost().is_ok());
+        }
+        // Drawn last: without them, every other config is the same as before.
+        let budget = AugmentBudget { grouped: 0, ..AugmentBudget::default() };
+        let (without, _) = sample(&nets, &SampleOptions { budget, ..opts }).unwrap();
+        let rest: Vec<&SampledConfig> = a.configs.iter().filter(|c| c.source != "augment:grouped").collect();
+        assert_eq!(without.configs.iter().collect::<Vec<_>>(), rest);
     }
 }

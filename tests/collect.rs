@@ -19,11 +19,15 @@ impl Setup {
     }
 
     fn with_power(configs: &[Value], timeout_s: f64, power: &str) -> Setup {
+        Setup::with_profile(configs, timeout_s, power, 1)
+    }
+
+    fn with_profile(configs: &[Value], timeout_s: f64, power: &str, threads: usize) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let collectors = dir.path().join("collectors");
         std::fs::create_dir_all(&collectors).unwrap();
         let profile = format!(
-            "description = \"tiny test device\"\nexecutor = \"tract\"\nthreads = 1\nbatch_sizes = [2, 1]\n\
+            "description = \"tiny test device\"\nexecutor = \"tract\"\nthreads = {threads}\nbatch_sizes = [2, 1]\n\
              [protocol]\nburn_in_runs = 1\nrepetitions = 2\nrounds = 2\ngroup_size = 2\n\
              per_sample_timeout_s = {timeout_s:e}\nmin_window_ms = 0\nmax_cv = 0.5\n\
              [power]\n{power}\n"
@@ -101,6 +105,21 @@ fn expected_keys(configs: &[Value]) -> HashSet<String> {
 
 fn all_keys(rows: &BTreeMap<LayerType, Vec<data::Sample>>) -> Vec<String> {
     rows.values().flatten().map(|s| s.key.clone()).collect()
+}
+
+#[test]
+fn the_profile_threads_run_the_measurements() {
+    let configs = vec![json!({"type": "conv2d", "filters": 32, "kernel": [3, 3], "input_shapes": [[16, 24, 24]]})];
+    let s = Setup::with_profile(&configs, 5.0, "sensors = []", 2);
+    let out = s.run(&[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let rows = s.rows("data/tiny");
+    let samples: Vec<&data::Sample> = rows.values().flatten().collect();
+    assert_eq!(samples.len(), 2, "{}", text(&out));
+    for sample in samples {
+        assert_ne!(sample.status, Status::Failed, "{sample:?}");
+        assert_eq!(sample.threads, 2, "{sample:?}");
+    }
 }
 
 #[test]

@@ -62,14 +62,9 @@ fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * b.abs().max(1.0)
 }
 
-const TINY: &str = r#"{"name": "tiny", "input_shape": [3, 8, 8], "layers": [
-    {"name": "c1", "type": "conv2d", "filters": 4, "kernel": [3, 3], "padding": "same"},
-    {"name": "bn", "type": "batch_norm"},
-    {"name": "r", "type": "activation", "function": "relu"},
-    {"name": "p", "type": "max_pool2d", "pool_size": [2, 2]},
-    {"name": "f", "type": "flatten"},
-    {"name": "d", "type": "dense", "units": 10},
-    {"name": "s", "type": "activation", "function": "softmax"}]}"#;
+/// conv (same) → batch norm → relu → max pool → flatten → dense → softmax on a 3×8×8 input; shared with the
+/// estimator's unit tests.
+const TINY: &str = include_str!("data/tiny_net.json");
 
 /// conv2d: 2 ms, 10 W, 1 MiB; max_pool2d: 0.5 ms, 4 W; dense: 1.29 ms, 8 W; nothing for activations.
 fn tiny_store(models: &Path) {
@@ -379,4 +374,123 @@ fn onnx_networks_are_estimated_like_their_net_json() {
     let (onnx_layers, json_layers) = (from_onnx["layers"].as_array().unwrap(), from_json["layers"].as_array().unwrap());
     assert_eq!(onnx_layers.len(), 6);
     assert_eq!(onnx_layers[..], json_layers[..6]);
+}
+
+#[test]
+fn a_calibration_fitted_for_these_models_is_applied_and_a_stale_one_is_not() {
+    use perfmodel::estimate::calibration::{models_fingerprint, Calibration, CalibrationPoint};
+    let dir = setup(TINY);
+    // The profile's bandwidth prices the softmax, so every executing layer has a latency.
+    std::fs::write(dir.path().join("collectors/dev.toml"), PROFILE).unwrap();
+    let models = dir.path().join("models");
+    tiny_store(&models);
+    let mut args = vec!["estimate", "net.json", "--device", "dev", "--format", "json"];
+    args.extend(DIRS);
+    let raw = json_of(&perfmodel(dir.path(), &args));
+    assert!(raw["calibration"].is_null(), "{raw}");
+
+    // A calibration of 1.5 x + 0.1 ms per executing layer, +2 MiB + 0.25 MiB per executing layer.
+    let point = |name: &str, layers: usize, ms: f64, mib: f64| CalibrationPoint {
+        network: name.into(),
+        executing_layers: layers,
+        measured_latency_ms: 1.5 * ms + 0.1 * layers as f64,
+        predicted_latency_ms: ms,
+        measured_peak_memory_mib: mib + 2.0 + 0.25 * layers as f64,
+        predicted_peak_memory_mib: mib,
+    };
+    let hash = models_fingerprint(ModelStore::open(&models, "dev").unwrap().manifest());
+    let points = vec![point("a", 3, 2.0, 1.0), point("b", 30, 50.0, 9.0), point("c", 12, 4.0, 30.0)];
+    Calibration::fit("dev", "learned", &hash, points).unwrap().save(&models).unwrap();
+    let v = json_of(&perfmodel(dir.path(), &args));
+    let c = &v["calibration"];
+    assert!(
+        close(c["latency_scale"].as_f64().unwrap(), 1.5) && close(c["latency_per_layer_ms"].as_f64().unwrap(), 0.1)
+    );
+    let executing = ["c1", "p", "d", "s"];
+    let (mut total, mut raw_total) = (0.0, 0.0);
+    for (layer, before) in v["layers"].as_array().unwrap().iter().zip(raw["layers"].as_array().unwrap()) {
+        let (t, t0) = (layer["latency_ms"].as_f64().unwrap(), before["latency_ms"].as_f64().unwrap());
+        let name = layer["name"].as_str().unwrap();
+        let want = if executing.contains(&name) { 1.5 * t0 + 0.1 } else { t0 };
+        assert!(close(t, want), "{name}: {t} vs {want}");
+        total += t;
+        raw_total += t0;
+    }
+    assert!(close(v["total"]["latency_ms"].as_f64().unwrap(), total));
+    assert!(close(raw["total"]["latency_ms"].as_f64().unwrap(), raw_total));
+    let peak = |e: &Value| e["total"]["peak_memory_mib"].as_f64().unwrap();
+    assert!((peak(&v) - (peak(&raw) + 2.0 + 0.25 * 4.0)).abs() < 1e-6, "{} vs {}", peak(&v), peak(&raw));
+
+    // --uncalibrated gives the raw sums back.
+    let mut uncalibrated = args.clone();
+    uncalibrated.push("--uncalibrated");
+    let u = json_of(&perfmodel(dir.path(), &uncalibrated));
+    assert!(u["calibration"].is_null() && close(u["total"]["latency_ms"].as_f64().unwrap(), raw_total));
+
+    // Retrained models (another data hash): the calibration is not applied, and a note says why.
+    let mut stale: Value =
+        serde_json::from_str(&std::fs::read_to_string(models.join("dev/calibration.json")).unwrap()).unwrap();
+    stale["models_fingerprint"] = Value::from("something else");
+    std::fs::write(models.join("dev/calibration.json"), stale.to_string()).unwrap();
+    let s = json_of(&perfmodel(dir.path(), &args));
+    assert!(s["calibration"].is_null() && close(s["total"]["latency_ms"].as_f64().unwrap(), raw_total));
+    let notes = s["notes"].to_string();
+    assert!(notes.contains("calibration.json") && notes.contains("perfmodel calibrate"), "{notes}");
+
+    // A corrupt calibration file is an error naming it, not a silently uncalibrated answer.
+    std::fs::write(models.join("dev/calibration.json"), "{").unwrap();
+    let out = perfmodel(dir.path(), &args);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("calibration.json"));
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let target = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_tree(&path, &target);
+        } else {
+            std::fs::copy(&path, &target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
+    // The shipped models of `local`, copied: calibrate writes next to them.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let models = dir.path().join("models/local");
+    copy_tree(&root.join("models/local"), &models);
+    let _ = std::fs::remove_file(models.join("calibration.json"));
+    // Training architectures only: the holdout is for validation.
+    let nets: Vec<String> = ["zoo/mnist_mlp.json", "zoo/tabular_mlp.json", "zoo/squeezenet.json"]
+        .iter()
+        .map(|n| root.join(n).to_string_lossy().into_owned())
+        .collect();
+    let mut args = vec!["calibrate", "--device", "local", "--models-dir", "models", "--rounds", "1", "--warmup", "0"];
+    args.extend(nets.iter().map(String::as_str));
+    args.extend(["--format", "json"]);
+    let v = json_of(&perfmodel(dir.path(), &args));
+    let networks = v["networks"].as_array().unwrap();
+    assert_eq!(networks.len(), 3);
+    for n in networks {
+        assert!(n["measured_latency_ms"].as_f64().unwrap() > 0.0 && n["executing_layers"].as_u64().unwrap() > 0);
+    }
+    assert!(v["correction"]["latency_scale"].as_f64().unwrap() > 0.0);
+    assert!(models.join("calibration.json").is_file());
+    let estimate = json_of(&perfmodel(
+        dir.path(),
+        &["estimate", &nets[0], "--device", "local", "--models-dir", "models", "--format", "json"],
+    ));
+    assert_eq!(estimate["calibration"], v["correction"]);
+
+    // Fewer than three networks cannot be fitted: a clear error, and nothing written over the existing file.
+    let before = std::fs::read_to_string(models.join("calibration.json")).unwrap();
+    let out = perfmodel(dir.path(), &["calibrate", "--device", "local", "--models-dir", "models", &nets[0]]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 3 networks"));
+    assert_eq!(std::fs::read_to_string(models.join("calibration.json")).unwrap(), before);
 }

@@ -23,6 +23,10 @@ pub struct EstimatorArgs {
     /// Device profiles, for --method paleo and memory bandwidth [default: ./collectors, else the shipped ones]
     #[arg(long)]
     pub collectors_dir: Option<PathBuf>,
+    /// Ignore the device's whole-network calibration (MODELS_DIR/DEVICE/calibration.json): raw sums of the layer
+    /// predictions
+    #[arg(long)]
+    pub uncalibrated: bool,
 }
 
 impl EstimatorArgs {
@@ -35,7 +39,8 @@ impl EstimatorArgs {
         let data = self.data_dir.clone().unwrap_or_else(|| default_dir("data"));
         let collectors = self.collectors_dir();
         let dirs = Dirs { models: &models, data: &data, collectors: &collectors };
-        Ok(Estimator::open_method(&self.method, &self.device, &dirs)?)
+        let estimator = Estimator::open_method(&self.method, &self.device, &dirs)?;
+        Ok(if self.uncalibrated { estimator.without_calibration() } else { estimator })
     }
 }
 

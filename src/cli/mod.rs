@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 mod bench;
+mod calibrate;
 mod collect;
 mod data;
 mod devices;
@@ -53,6 +54,8 @@ enum Command {
     Import(import::Command),
     /// Estimate latency, energy and memory of a network on a device
     Estimate(estimate::Args),
+    /// Fit a device's whole-network correction from real runs of the zoo's training architectures
+    Calibrate(calibrate::Args),
     /// Compare estimates with real whole-network runs
     Validate(validate::Args),
     /// Flag layers whose measured time is far above prediction
@@ -72,6 +75,7 @@ pub fn main() -> i32 {
         Command::Train(a) => train::run(a),
         Command::Import(c) => import::run(c),
         Command::Estimate(a) => estimate::run(a),
+        Command::Calibrate(a) => calibrate::run(a),
         Command::Validate(a) => validate::run(a),
         Command::Outliers(a) => outliers::run(a),
     };

@@ -3,7 +3,8 @@
 use super::estimate::EstimatorArgs;
 use anyhow::Context;
 use perfmodel::collect::profile::DeviceProfile;
-use perfmodel::engine::profile_network;
+use perfmodel::collect::{remeasure, Observer};
+use perfmodel::engine::{profile_networks, TractExecutor};
 use perfmodel::estimate::validate::{NetworkError, Validation};
 use perfmodel::Network;
 use std::path::PathBuf;
@@ -15,14 +16,43 @@ pub struct Args {
     nets: Vec<PathBuf>,
     #[command(flatten)]
     estimator: EstimatorArgs,
-    /// Timed rounds per network (the median is used)
-    #[arg(long, default_value_t = 10)]
+    /// Timed rounds per network, interleaved across the networks (the median is used)
+    #[arg(long, default_value_t = 20)]
     rounds: usize,
     /// Untimed warm-up runs per network
     #[arg(long, default_value_t = 3)]
     warmup: usize,
+    /// Stored single-layer samples of the device re-measured before and after the benchmarks (half each) to
+    /// tell how fast the machine runs right now compared with when its data was collected (0 = skip)
+    #[arg(long, default_value_t = 40)]
+    reference_samples: usize,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
+}
+
+/// Prints the collector's notes, nothing else: the reference re-measurement is a side measurement.
+struct Notes;
+
+impl Observer for Notes {
+    fn note(&mut self, message: &str) {
+        eprintln!("{message}");
+    }
+    fn planned(&mut self, _: usize) {}
+    fn recorded(&mut self, _: &perfmodel::data::Sample) {}
+}
+
+/// Re-measure `count` stored samples (seeded) of the device's data and return their new/stored latency ratios:
+/// how fast the machine runs now compared with when the data was collected.
+pub(super) fn reference_ratios(
+    data_dir: &std::path::Path,
+    device: &DeviceProfile,
+    executor: &TractExecutor,
+    count: usize,
+    seed: u64,
+) -> anyhow::Result<Vec<f64>> {
+    let report = remeasure(device, executor, data_dir, count, seed, &mut Notes)
+        .context("re-measuring stored samples for the machine-speed reference (--reference-samples 0 skips it)")?;
+    Ok(report.samples.iter().map(|s| s.3 / s.2).collect())
 }
 
 use super::TableOrJson as Format;
@@ -30,15 +60,23 @@ use super::TableOrJson as Format;
 pub fn run(args: Args) -> anyhow::Result<()> {
     let device = DeviceProfile::load(&args.estimator.collectors_dir(), &args.estimator.device)?;
     let estimator = args.estimator.open()?;
-    let mut rows = Vec::with_capacity(args.nets.len());
-    for path in &args.nets {
-        let net = Network::load(path)?;
-        let estimate = estimator.estimate(&net)?;
-        let measured = profile_network(&net, device.threads, args.rounds, args.warmup)
-            .with_context(|| format!("benchmarking {}", path.display()))?;
-        rows.push(NetworkError::new(&estimate, &measured));
+    let nets = args.nets.iter().map(Network::load).collect::<perfmodel::Result<Vec<Network>>>()?;
+    let estimates = nets.iter().map(|n| estimator.estimate(n)).collect::<perfmodel::Result<Vec<_>>>()?;
+    let executor = TractExecutor::new(device.threads)?;
+    let data_dir = args.estimator.data_dir.clone().unwrap_or_else(|| super::default_dir("data"));
+    let half = args.reference_samples / 2;
+    let mut ratios = if half > 0 { reference_ratios(&data_dir, &device, &executor, half, 1)? } else { Vec::new() };
+    // Rounds interleaved across the networks, so a slow spell of the machine does not land on one of them.
+    let measured = profile_networks(&nets, device.threads, args.rounds, args.warmup).context("benchmarking")?;
+    if half > 0 {
+        ratios.extend(reference_ratios(&data_dir, &device, &executor, args.reference_samples - half, 2)?);
     }
-    let v = Validation::new(estimator.device(), estimator.method().name(), rows);
+    let rows = estimates.iter().zip(&measured).map(|(e, m)| NetworkError::new(e, m)).collect();
+    let mut v = Validation::new(estimator.device(), estimator.method().name(), rows);
+    if !ratios.is_empty() {
+        ratios.sort_by(f64::total_cmp);
+        v = v.with_machine_speed(ratios[ratios.len() / 2]);
+    }
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&v)?),
         Format::Table => {
@@ -72,6 +110,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 v.max_abs_latency_error_pct,
                 v.max_abs_memory_error_pct
             );
+            if let (Some(ratio), Some(errors), Some(median)) = (
+                v.machine_speed_ratio,
+                &v.latency_error_at_machine_speed_pct,
+                v.median_abs_latency_error_at_machine_speed_pct,
+            ) {
+                let per_network: Vec<String> =
+                    v.networks.iter().zip(errors).map(|(n, e)| format!("{} {e:+.1}%", n.network)).collect();
+                println!(
+                    "machine speed now: stored layers re-measured at {ratio:.2}x their collected time; latency error \
+                     at that speed: {} (median |error| {median:.1}%)",
+                    per_network.join(", ")
+                );
+            }
         }
     }
     Ok(())

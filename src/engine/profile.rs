@@ -59,74 +59,128 @@ pub struct LayerProfile {
 /// Run `network` with tract: one run measuring memory, `warmup` untimed runs, then `rounds` timed runs and
 /// `rounds` instrumented runs.
 pub fn profile_network(network: &Network, threads: usize, rounds: usize, warmup: usize) -> Result<NetworkProfile> {
+    Ok(profile_networks(std::slice::from_ref(network), threads, rounds, warmup)?.remove(0))
+}
+
+/// Profile several networks with their rounds interleaved (round 1 of every network, then round 2, ...), so a
+/// slow spell of a shared machine is spread over all of them instead of landing on one: on this VM the same
+/// network's time moves by ±20% over seconds. All networks are built first and stay in memory.
+pub fn profile_networks(
+    networks: &[Network],
+    threads: usize,
+    rounds: usize,
+    warmup: usize,
+) -> Result<Vec<NetworkProfile>> {
     if rounds == 0 {
         return Err(Error::Invalid("bench needs at least one round".into()));
     }
-    check_fits_in_memory(network, available_memory_bytes())?;
     let executor = TractExecutor::new(threads)?;
-    let baseline = alloc::current_bytes();
-    let mut workload = executor.network_workload(network)?;
-    // Building allocates transiently; the network needs what stays (plan, packed weights, input) plus what a run
-    // adds (activations, scratch).
-    alloc::reset_peak();
-    workload.run_outputs()?;
-    let measured_bytes = alloc::is_installed().then(|| alloc::peak_bytes().saturating_sub(baseline) as u64);
-    let attribution = Attribution::new(&workload, network);
-    for _ in 0..warmup {
-        workload.run_outputs()?;
-    }
-    let mut totals = Vec::with_capacity(rounds);
-    let mut per_layer: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); network.layers.len()];
-    let mut unattributed = Vec::with_capacity(rounds);
+    let mut benches = networks
+        .iter()
+        .map(|n| NetworkBench::new(&executor, n, rounds, warmup))
+        .collect::<Result<Vec<NetworkBench>>>()?;
     for _ in 0..rounds {
-        let start = Instant::now();
-        workload.run_outputs()?;
-        totals.push(start.elapsed().as_secs_f64() * 1e3);
+        for bench in &mut benches {
+            bench.round()?;
+        }
+    }
+    benches.into_iter().map(|b| b.finish(&executor)).collect()
+}
 
-        let node_ms = workload.run_timed_nodes()?;
-        let mut layer_ms = vec![0.0; network.layers.len()];
+/// One network being profiled: built, memory measured on its first run, warmed up; rounds accumulate.
+struct NetworkBench<'a> {
+    network: &'a Network,
+    warmup: usize,
+    workload: TractWorkload,
+    attribution: Attribution,
+    measured_bytes: Option<u64>,
+    totals: Vec<f64>,
+    per_layer: Vec<Vec<f64>>,
+    unattributed: Vec<f64>,
+}
+
+impl<'a> NetworkBench<'a> {
+    fn new(executor: &TractExecutor, network: &'a Network, rounds: usize, warmup: usize) -> Result<NetworkBench<'a>> {
+        check_fits_in_memory(network, available_memory_bytes())?;
+        let baseline = alloc::current_bytes();
+        let mut workload = executor.network_workload(network)?;
+        // Building allocates transiently; the network needs what stays (plan, packed weights, input) plus what a
+        // run adds (activations, scratch).
+        alloc::reset_peak();
+        workload.run_outputs()?;
+        let measured_bytes = alloc::is_installed().then(|| alloc::peak_bytes().saturating_sub(baseline) as u64);
+        let attribution = Attribution::new(&workload, network);
+        for _ in 0..warmup {
+            workload.run_outputs()?;
+        }
+        Ok(NetworkBench {
+            network,
+            warmup,
+            workload,
+            attribution,
+            measured_bytes,
+            totals: Vec::with_capacity(rounds),
+            per_layer: vec![Vec::with_capacity(rounds); network.layers.len()],
+            unattributed: Vec::with_capacity(rounds),
+        })
+    }
+
+    /// One timed plain run and one instrumented run.
+    fn round(&mut self) -> Result<()> {
+        let start = Instant::now();
+        self.workload.run_outputs()?;
+        self.totals.push(start.elapsed().as_secs_f64() * 1e3);
+
+        let node_ms = self.workload.run_timed_nodes()?;
+        let mut layer_ms = vec![0.0; self.network.layers.len()];
         let mut lost = 0.0;
         for (node, ms) in node_ms.iter().enumerate() {
-            match attribution.layer_of_node[node] {
+            match self.attribution.layer_of_node[node] {
                 Some(layer) => layer_ms[layer] += ms,
                 None => lost += ms,
             }
         }
-        for (samples, ms) in per_layer.iter_mut().zip(layer_ms) {
+        for (samples, ms) in self.per_layer.iter_mut().zip(layer_ms) {
             samples.push(ms);
         }
-        unattributed.push(lost);
+        self.unattributed.push(lost);
+        Ok(())
     }
-    let weight_bytes: u64 = network.analyze()?.costs.iter().map(|c| c.weight_elems * 4).sum();
-    let planned_bytes = weight_bytes + workload.planned_activation_peak_bytes()?;
-    const MIB: f64 = 1024.0 * 1024.0;
-    Ok(NetworkProfile {
-        network: network.name.clone(),
-        engine: super::Executor::describe(&executor),
-        threads,
-        batch_size: network.batch_size,
-        rounds,
-        warmup,
-        total: TotalProfile {
-            latency_ms: median(&mut totals),
-            latency_min_ms: totals.iter().copied().fold(f64::INFINITY, f64::min),
-            latency_max_ms: totals.iter().copied().fold(0.0, f64::max),
-            peak_memory_mib: measured_bytes.unwrap_or(planned_bytes) as f64 / MIB,
-            memory_source: if measured_bytes.is_some() {
-                "measured: peak heap during the first run, above the heap before building the model".into()
-            } else {
-                "planned (no counting allocator in this process)".into()
+
+    fn finish(mut self, executor: &TractExecutor) -> Result<NetworkProfile> {
+        let network = self.network;
+        let weight_bytes: u64 = network.analyze()?.costs.iter().map(|c| c.weight_elems * 4).sum();
+        let planned_bytes = weight_bytes + self.workload.planned_activation_peak_bytes()?;
+        const MIB: f64 = 1024.0 * 1024.0;
+        let totals = &mut self.totals;
+        Ok(NetworkProfile {
+            network: network.name.clone(),
+            engine: super::Executor::describe(executor),
+            threads: executor.threads(),
+            batch_size: network.batch_size,
+            rounds: totals.len(),
+            warmup: self.warmup,
+            total: TotalProfile {
+                latency_ms: median(totals),
+                latency_min_ms: totals.iter().copied().fold(f64::INFINITY, f64::min),
+                latency_max_ms: totals.iter().copied().fold(0.0, f64::max),
+                peak_memory_mib: self.measured_bytes.unwrap_or(planned_bytes) as f64 / MIB,
+                memory_source: if self.measured_bytes.is_some() {
+                    "measured: peak heap during the first run, above the heap before building the model".into()
+                } else {
+                    "planned (no counting allocator in this process)".into()
+                },
+                planned_memory_mib: planned_bytes as f64 / MIB,
             },
-            planned_memory_mib: planned_bytes as f64 / MIB,
-        },
-        layers: network
-            .layers
-            .iter()
-            .zip(per_layer.iter_mut())
-            .map(|(l, samples)| LayerProfile { name: l.name.clone(), latency_ms: median(samples) })
-            .collect(),
-        unattributed_ms: median(&mut unattributed),
-    })
+            layers: network
+                .layers
+                .iter()
+                .zip(self.per_layer.iter_mut())
+                .map(|(l, samples)| LayerProfile { name: l.name.clone(), latency_ms: median(samples) })
+                .collect(),
+            unattributed_ms: median(&mut self.unattributed),
+        })
+    }
 }
 
 /// Refuse a network that cannot fit in the memory available (its weights plus the largest layer's input and
@@ -222,14 +276,16 @@ impl TractWorkload {
     /// Run once through tract's per-node evaluation hook; milliseconds spent in each node (by node id).
     fn run_timed_nodes(&mut self) -> Result<Vec<f64>> {
         let mut node_ms = vec![0.0; self.state.model().nodes().len()];
-        self.state
-            .run_plan_with_eval(self.inputs.clone(), |ctx, op_state, node, inputs| {
+        let (state, inputs) = (&mut self.state, self.inputs.clone());
+        tract_linalg::multithread::multithread_tract_scope(self.pool.clone(), || {
+            state.run_plan_with_eval(inputs, |ctx, op_state, node, inputs| {
                 let start = Instant::now();
                 let outputs = tract_onnx::tract_core::plan::eval(ctx, op_state, node, inputs);
                 node_ms[node.id] += start.elapsed().as_secs_f64() * 1e3;
                 outputs
             })
-            .map_err(|e| Error::Executor(format!("inference failed: {e:#}")))?;
+        })
+        .map_err(|e| Error::Executor(format!("inference failed: {e:#}")))?;
         Ok(node_ms)
     }
 

@@ -21,6 +21,7 @@
 //! A metric the device has no model for (power on a machine without a power sensor) is null with a note, never 0.
 
 pub mod baseline;
+pub mod calibration;
 pub mod memory;
 pub mod outliers;
 pub mod report;
@@ -33,6 +34,7 @@ use crate::metric::Metric;
 use crate::network::{Network, Source};
 use crate::train::ModelStore;
 use baseline::{Roofline, Templates};
+use calibration::{Calibration, Correction};
 use memory::{Step, BYTES_PER_ELEMENT, MIB};
 use serde::{Serialize, Serializer};
 use std::path::Path;
@@ -141,12 +143,43 @@ pub struct Estimator {
     memory_bandwidth_gbs: Option<f64>,
     has_power: bool,
     has_memory: bool,
+    /// The device's whole-network calibration, when it has one fitted for these models.
+    calibration: Option<Calibration>,
+    /// Why a calibration on disk is not applied.
+    calibration_note: Option<String>,
 }
 
 impl Estimator {
-    /// The learned method with the trained models of `device` under `models_dir`.
+    /// The learned method with the trained models of `device` under `models_dir`, calibrated by
+    /// `<models_dir>/<device>/calibration.json` when it was fitted for these models ([`calibration`]).
     pub fn open(models_dir: &Path, device: &str) -> Result<Estimator> {
-        Ok(Estimator::new(device, Method::Learned(ModelStore::open(models_dir, device)?)))
+        let store = ModelStore::open(models_dir, device)?;
+        let calibration = Calibration::load(models_dir, device)?;
+        let fingerprint = calibration::models_fingerprint(store.manifest());
+        let mut estimator = Estimator::new(device, Method::Learned(store));
+        if let Some(c) = calibration {
+            if c.method == "learned" && c.models_fingerprint == fingerprint {
+                estimator.calibration = Some(c);
+            } else {
+                estimator.calibration_note = Some(format!(
+                    "{} was fitted for other models (retrained since) and is not applied: rerun 'perfmodel calibrate --device {device}'",
+                    Calibration::path(models_dir, device).display()
+                ));
+            }
+        }
+        Ok(estimator)
+    }
+
+    /// The same estimator without its whole-network calibration (raw sums of the layer predictions).
+    pub fn without_calibration(mut self) -> Estimator {
+        self.calibration = None;
+        self.calibration_note = None;
+        self
+    }
+
+    /// The calibration applied to every estimate, if any.
+    pub fn calibration(&self) -> Option<&Calibration> {
+        self.calibration.as_ref()
     }
 
     pub fn new(device: &str, method: Method) -> Estimator {
@@ -160,6 +193,8 @@ impl Estimator {
             has_memory: method.covers(Metric::Memory),
             method,
             memory_bandwidth_gbs,
+            calibration: None,
+            calibration_note: None,
         }
     }
 
@@ -207,6 +242,7 @@ impl Estimator {
     /// The same device predicted another way.
     pub fn with_method(self, method: Method) -> Estimator {
         let bandwidth = self.memory_bandwidth_gbs;
+        // A calibration belongs to the method it was fitted for; another method starts uncalibrated.
         let mut e = Estimator::new(&self.device, method);
         e.memory_bandwidth_gbs = e.memory_bandwidth_gbs.or(bandwidth);
         e
@@ -239,6 +275,7 @@ impl Estimator {
             }
         }
         let total_flops = analysis.total_flops();
+        let correction = self.calibration.as_ref().map(|c| c.correction);
         let mut fused_into: Vec<Option<usize>> = vec![None; n];
         let mut layers = Vec::with_capacity(n);
         let mut steps = Vec::with_capacity(n);
@@ -305,6 +342,9 @@ impl Estimator {
             };
             if executes {
                 row.memory_mib = (io_bytes + weight_bytes + workspace_bytes) as f64 / MIB;
+                if let (Some(c), Some(t)) = (correction, row.latency_ms) {
+                    row.latency_ms = Some(c.layer_latency_ms(t));
+                }
             }
             if self.has_power {
                 row.energy_mj = match (row.latency_ms, row.power_w) {
@@ -323,7 +363,12 @@ impl Estimator {
             layers.push(row);
         }
         let input_bytes = net.input_shape.iter().product::<usize>() as u64 * net.batch_size as u64 * BYTES_PER_ELEMENT;
-        let peak_memory_mib = memory::peak_bytes(&analysis.sources, &steps, input_bytes, all_weight_bytes) as f64 / MIB;
+        let mut peak_memory_mib =
+            memory::peak_bytes(&analysis.sources, &steps, input_bytes, all_weight_bytes) as f64 / MIB;
+        if let Some(c) = correction {
+            let timed = layers.iter().zip(&steps).filter(|(l, s)| s.executes && l.latency_ms.is_some()).count();
+            peak_memory_mib = c.peak_memory_mib(peak_memory_mib, timed);
+        }
         let mut executed: Vec<f64> =
             layers.iter().zip(&steps).filter(|(_, s)| s.executes).map(|(l, _)| l.memory_mib).collect();
         executed.sort_by(|a, b| b.total_cmp(a));
@@ -348,6 +393,7 @@ impl Estimator {
             layers,
             uncovered,
             notes,
+            calibration: correction,
         })
     }
 
@@ -370,6 +416,9 @@ impl Estimator {
             notes.push(format!(
                 "{missing_power} layer(s) have no power prediction for {how}: their energy is null and the total energy leaves them out"
             ));
+        }
+        if let Some(note) = &self.calibration_note {
+            notes.push(note.clone());
         }
         if !self.has_memory {
             notes.push(format!(
@@ -451,6 +500,19 @@ pub struct Estimate {
     pub uncovered: Vec<Uncovered>,
     /// Why some numbers are null or partial.
     pub notes: Vec<String>,
+    /// The whole-network calibration applied to the layer latencies and the peak memory, null when none was.
+    pub calibration: Option<Correction>,
+}
+
+impl Estimate {
+    /// Layers that run (neither free views nor fused into their producer) and have a latency: the layers the
+    /// calibration's per-layer terms count.
+    pub fn executing_layers(&self) -> usize {
+        self.layers
+            .iter()
+            .filter(|l| l.predictor != "free" && !l.predictor.starts_with("fused:") && l.latency_ms.is_some())
+            .count()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -498,14 +560,9 @@ pub struct Uncovered {
 mod tests {
     use super::*;
 
-    const TINY: &str = r#"{"name": "tiny", "input_shape": [3, 8, 8], "layers": [
-        {"name": "c1", "type": "conv2d", "filters": 4, "kernel": [3, 3], "padding": "same"},
-        {"name": "bn", "type": "batch_norm"},
-        {"name": "r", "type": "activation", "function": "relu"},
-        {"name": "p", "type": "max_pool2d", "pool_size": [2, 2]},
-        {"name": "f", "type": "flatten"},
-        {"name": "d", "type": "dense", "units": 10},
-        {"name": "s", "type": "activation", "function": "softmax"}]}"#;
+    /// conv (same) → batch norm → relu → max pool → flatten → dense → softmax on a 3×8×8 input; shared with the
+    /// integration tests.
+    const TINY: &str = include_str!("../../tests/data/tiny_net.json");
 
     fn paleo() -> Estimator {
         Estimator::new("dev", Method::Paleo(Roofline { peak_gflops: 1.0, memory_bandwidth_gbs: 1.0 }))

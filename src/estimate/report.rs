@@ -53,6 +53,13 @@ pub fn table(e: &Estimate) -> String {
         "peak memory {:.3} MiB (liveness walk); paper's rules: two largest layers {:.3} MiB, 2 x mean {:.3} MiB",
         t.peak_memory_mib, t.memory_two_largest_mib, t.memory_two_mean_mib
     );
+    if let Some(c) = &e.calibration {
+        let _ = writeln!(
+            out,
+            "calibrated on whole-network runs: layer latency x {:.4} {:+.4} ms, peak memory {:+.3} MiB {:+.4} MiB per executing layer",
+            c.latency_scale, c.latency_per_layer_ms, c.memory_fixed_mib, c.memory_per_layer_mib
+        );
+    }
     for u in &e.uncovered {
         let _ = writeln!(
             out,

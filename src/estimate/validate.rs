@@ -47,6 +47,14 @@ pub struct Validation {
     pub median_abs_memory_error_pct: f64,
     pub max_abs_latency_error_pct: f64,
     pub max_abs_memory_error_pct: f64,
+    /// How fast the machine ran during this validation relative to when its data was collected: the median
+    /// new/stored latency ratio of stored single-layer samples re-measured before and after the benchmarks
+    /// (`None` when not measured). A shared VM drifts by ±25% over minutes, which no model can predict.
+    pub machine_speed_ratio: Option<f64>,
+    /// The latency errors with the prediction scaled by `machine_speed_ratio`: the model's own error under the
+    /// machine's state of the moment.
+    pub latency_error_at_machine_speed_pct: Option<Vec<f64>>,
+    pub median_abs_latency_error_at_machine_speed_pct: Option<f64>,
 }
 
 impl Validation {
@@ -62,8 +70,26 @@ impl Validation {
             median_abs_memory_error_pct: median(memory.clone()),
             max_abs_latency_error_pct: max(&latency),
             max_abs_memory_error_pct: max(&memory),
+            machine_speed_ratio: None,
+            latency_error_at_machine_speed_pct: None,
+            median_abs_latency_error_at_machine_speed_pct: None,
             networks,
         }
+    }
+}
+
+impl Validation {
+    /// Record the machine's speed ratio of the moment and the latency errors at that speed.
+    pub fn with_machine_speed(mut self, ratio: f64) -> Validation {
+        let at_speed: Vec<f64> = self
+            .networks
+            .iter()
+            .map(|n| 100.0 * (n.predicted_latency_ms * ratio - n.measured_latency_ms) / n.measured_latency_ms)
+            .collect();
+        self.median_abs_latency_error_at_machine_speed_pct = Some(median(at_speed.iter().map(|e| e.abs()).collect()));
+        self.latency_error_at_machine_speed_pct = Some(at_speed);
+        self.machine_speed_ratio = Some(ratio);
+        self
     }
 }
 

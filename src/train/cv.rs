@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::train::fit::{DecisionTree, Estimator, ExtraTrees, GradientBoosting, LinearRegressor, NearestNeighbors};
-use crate::train::model::{log_feature, Predictor};
+use crate::train::model::{log_feature, KnownPart, Predictor};
 use crate::train::store::Scores;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -75,12 +75,14 @@ impl SelectBy {
     }
 }
 
-/// One thing to try: an estimator, whether it sees `ln(1 + feature)` and whether it is fitted on ln(target).
+/// One thing to try: an estimator, whether it sees `ln(1 + feature)`, whether it is fitted on ln(target), and
+/// whether it learns only what a [`KnownPart`] of the target leaves over.
 #[derive(Debug, Clone)]
 pub struct Candidate {
     pub estimator: Arc<dyn Estimator>,
     pub log_features: bool,
     pub log_target: bool,
+    pub known: Option<KnownPart>,
 }
 
 fn suffix(log_features: bool, log_target: bool) -> &'static str {
@@ -94,11 +96,23 @@ fn suffix(log_features: bool, log_target: bool) -> &'static str {
 
 impl Candidate {
     pub fn label(&self) -> String {
-        format!("{}{}", self.estimator.describe(), suffix(self.log_features, self.log_target))
+        format!("{}{}", self.estimator.describe(), self.suffix())
+    }
+
+    fn suffix(&self) -> String {
+        let rest = if self.known.is_some() { "+rest" } else { "" };
+        format!("{rest}{}", suffix(self.log_features, self.log_target))
+    }
+
+    /// The same candidate learning only the target minus `known`.
+    pub fn with_known_part(mut self, known: Option<KnownPart>) -> Candidate {
+        self.known = known;
+        self
     }
 
     /// Fit on rows `x` (targets `y` in the metric's unit) and return the stored-form predictor.
     pub fn fit(&self, x: &[Vec<f64>], y: &[f64]) -> Result<Predictor> {
+        let raw_x = x;
         let transformed: Vec<Vec<f64>>;
         let x = if self.log_features {
             transformed = x.iter().map(|r| r.iter().map(|&v| log_feature(v)).collect()).collect();
@@ -106,14 +120,37 @@ impl Candidate {
         } else {
             x
         };
+        let rest: Vec<f64>;
+        let mut shift = 0.0;
+        let y = match &self.known {
+            Some(known) => {
+                // Features are still raw in `raw_x`; the known part is defined on them.
+                rest = raw_x.iter().zip(y).map(|(row, v)| v - known.value(row)).collect();
+                if self.log_target {
+                    // The rest may be ≤ 0 (an engine that works in place needs less than inputs + outputs):
+                    // shift it just above 0, by a thousandth of the typical target, so its log exists.
+                    let lowest = rest.iter().copied().fold(f64::INFINITY, f64::min);
+                    let typical = y.iter().map(|v| v.abs()).sum::<f64>() / y.len().max(1) as f64;
+                    if lowest <= 0.0 {
+                        shift = -lowest + 1e-3 * typical.max(f64::MIN_POSITIVE);
+                    }
+                }
+                &rest
+            }
+            None => y,
+        };
         let model = if self.log_target {
-            let logs: Vec<f64> = y.iter().map(|v| v.ln()).collect();
+            let logs: Vec<f64> = y.iter().map(|v| (v + shift).ln()).collect();
             self.estimator.fit(x, &logs)?
         } else {
             self.estimator.fit(x, y)?
         };
-        let method = format!("{}{}", self.estimator.method(), suffix(self.log_features, self.log_target));
-        Ok(Predictor::new(method, self.log_target, model).with_log_features(self.log_features))
+        let method = format!("{}{}", self.estimator.method(), self.suffix());
+        let predictor = Predictor::new(method, self.log_target, model).with_log_features(self.log_features);
+        Ok(match &self.known {
+            Some(known) => predictor.with_known_part(known.clone(), shift),
+            None => predictor,
+        })
     }
 }
 
@@ -153,7 +190,7 @@ pub fn default_candidates(seed: u64) -> Vec<Candidate> {
     for (estimator, feature_spaces) in estimators {
         for &log_features in feature_spaces {
             for log_target in [false, true] {
-                candidates.push(Candidate { estimator: estimator.clone(), log_features, log_target });
+                candidates.push(Candidate { estimator: estimator.clone(), log_features, log_target, known: None });
             }
         }
     }
@@ -219,7 +256,8 @@ pub struct Selection {
 fn evaluate(candidate: &Candidate, x: &[Vec<f64>], y: &[f64], folds: &[Vec<usize>]) -> Evaluation {
     let label = candidate.label();
     let started = std::time::Instant::now();
-    let outcome = if candidate.log_target && y.iter().any(|v| *v <= 0.0) {
+    // With a known part the rest is shifted positive at fit time; without, the log of y itself must exist.
+    let outcome = if candidate.log_target && candidate.known.is_none() && y.iter().any(|v| *v <= 0.0) {
         Err("skipped: log target needs positive values".to_string())
     } else {
         cross_val_predict(candidate, x, y, folds).map_err(|e| format!("skipped: {e}"))
@@ -344,6 +382,39 @@ mod tests {
         assert!(best.scores.mape < 5.0, "{} {:?}", best.label, best.scores);
         let linear = a.evaluations.iter().find(|e| e.label == "linear").unwrap();
         assert!(linear.scores.mape > 2.0 * best.scores.mape);
+    }
+
+    #[test]
+    fn a_known_part_is_added_back_and_only_the_rest_is_learned() {
+        let names: Vec<String> =
+            ["kernel", "input_elems", "weight_elems", "output_elems", "flops"].iter().map(|s| s.to_string()).collect();
+        let known = KnownPart::tensor_mib(&names).unwrap();
+        assert_eq!(known.features, vec![1, 2, 3]);
+        assert!(KnownPart::tensor_mib(&names[..3]).is_none());
+        // Tensors of up to ~10 MiB plus a rest of a few KiB that is negative for small kernels (in-place work).
+        let x: Vec<Vec<f64>> = (0..120)
+            .map(|i| {
+                let k = (i % 6) as f64;
+                vec![k, (i * 1000) as f64, ((i % 7) * 300_000) as f64, (i * 500) as f64, 0.0]
+            })
+            .collect();
+        let rest = |k: f64| 0.004 * (k - 1.5);
+        let y: Vec<f64> = x.iter().map(|r| known.value(r) + rest(r[0])).collect();
+        for log_target in [false, true] {
+            let candidate = Candidate {
+                estimator: Arc::new(DecisionTree::default().with_min_samples_leaf(1)),
+                log_features: false,
+                log_target,
+                known: Some(known.clone()),
+            };
+            assert!(candidate.label().contains("+rest"), "{}", candidate.label());
+            let predictor = candidate.fit(&x, &y).unwrap();
+            assert_eq!(predictor.known_part(), Some(&known));
+            for (row, want) in x.iter().zip(&y) {
+                let got = predictor.predict(row);
+                assert!((got - want).abs() < 1e-9, "log target {log_target}: {got} vs {want} for {row:?}");
+            }
+        }
     }
 
     #[test]

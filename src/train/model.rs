@@ -222,6 +222,37 @@ impl Model {
     }
 }
 
+/// A part of the target that follows from the features and is added to the model's output instead of being
+/// learned: the model only learns the rest. A layer's memory is mostly its f32 inputs, weights and outputs,
+/// known exactly; learning the whole sum turns a few percent of model error into megabytes on weight-heavy
+/// layers, while the part the engine adds (scratch such as im2col buffers, fixed overhead) is small and smooth.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KnownPart {
+    /// Indices of the (raw, untransformed) features that are summed.
+    pub features: Vec<u16>,
+    /// Multiplier of the sum.
+    pub scale: f64,
+}
+
+/// Bytes per MiB.
+const MIB: f64 = 1024.0 * 1024.0;
+
+impl KnownPart {
+    /// The f32 inputs, weights and outputs of a layer in MiB, from the features named `input_elems`,
+    /// `weight_elems` and `output_elems` (every layer type has them); `None` when a name is missing.
+    pub fn tensor_mib(feature_names: &[String]) -> Option<KnownPart> {
+        let features = ["input_elems", "weight_elems", "output_elems"]
+            .iter()
+            .map(|name| feature_names.iter().position(|f| f == name).and_then(|i| u16::try_from(i).ok()))
+            .collect::<Option<Vec<u16>>>()?;
+        Some(KnownPart { features, scale: 4.0 / MIB })
+    }
+
+    pub fn value(&self, x: &[f64]) -> f64 {
+        self.scale * self.features.iter().map(|&f| x.get(f as usize).copied().unwrap_or(0.0)).sum::<f64>()
+    }
+}
+
 /// One trained predictor: the model, the method that produced it (for reports and estimate output), whether the
 /// target was log-transformed and whether the model sees `ln(1 + feature)` instead of the raw features (sizes
 /// and FLOPs span many orders of magnitude; on a log scale distances and random thresholds spread evenly, and a
@@ -232,6 +263,10 @@ pub struct Predictor {
     pub(crate) log_target: bool,
     pub(crate) log_features: bool,
     pub(crate) model: Model,
+    /// Added to the model's output (the model learned the target minus this part).
+    pub(crate) known: Option<KnownPart>,
+    /// Subtracted from the model's output: the rest was shifted to be positive for a log target.
+    pub(crate) shift: f64,
 }
 
 /// The feature transform of log-feature models (features are non-negative counts and sizes).
@@ -241,7 +276,14 @@ pub fn log_feature(v: f64) -> f64 {
 
 impl Predictor {
     pub fn new(method: impl Into<String>, log_target: bool, model: Model) -> Predictor {
-        Predictor { method: method.into(), log_target, log_features: false, model }
+        Predictor { method: method.into(), log_target, log_features: false, model, known: None, shift: 0.0 }
+    }
+
+    /// The model was fitted on `target - known.value(x) + shift` (in log space when the target is logged).
+    pub fn with_known_part(mut self, known: KnownPart, shift: f64) -> Predictor {
+        self.known = Some(known);
+        self.shift = shift;
+        self
     }
 
     /// The model was fitted on [`log_feature`]-transformed features.
@@ -272,7 +314,10 @@ impl Predictor {
         } else {
             self.model.predict_raw(features)
         };
-        let y = if self.log_target { raw.exp() } else { raw };
+        let mut y = if self.log_target { raw.exp() } else { raw };
+        if let Some(known) = &self.known {
+            y += known.value(features) - self.shift;
+        }
         if y.is_nan() {
             0.0
         } else {
@@ -296,5 +341,9 @@ impl Predictor {
 
     pub fn model(&self) -> &Model {
         &self.model
+    }
+
+    pub fn known_part(&self) -> Option<&KnownPart> {
+        self.known.as_ref()
     }
 }

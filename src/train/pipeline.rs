@@ -7,7 +7,7 @@ use crate::layer::LayerType;
 use crate::metric::Metric;
 use crate::train::cv::{self, Candidate, Evaluation, SelectBy};
 use crate::train::isolation::IsolationForest;
-use crate::train::model::Predictor;
+use crate::train::model::{KnownPart, Predictor};
 use crate::train::store::{self, Manifest, ModelEntry, ModelFile, ModelStore, Scores, FORMAT_VERSION};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -342,6 +342,7 @@ pub fn train_device(
                 });
             } else {
                 let label = format!("{layer_type}/{metric}");
+                let candidates = candidates_for(&candidates, layer_type, metric);
                 let mut result = train_triplet(layer_type, metric, &dataset, &candidates, options, |what| {
                     progress(done, total, &format!("{label}: {what}"))
                 })?;
@@ -371,6 +372,16 @@ pub fn train_device(
     }
     let manifest = write_models(models_dir, device, &results)?;
     Ok(TrainRun { device: device.to_string(), results, skipped, manifest })
+}
+
+/// The candidates of one triplet: memory models learn only what the layer needs beyond its f32 inputs, weights
+/// and outputs (see [`KnownPart`]); latency and power have no such known part.
+pub fn candidates_for(candidates: &[Candidate], layer_type: LayerType, metric: Metric) -> Vec<Candidate> {
+    let known = match metric {
+        Metric::Memory => KnownPart::tensor_mib(&layer_type.feature_names()),
+        Metric::Latency | Metric::Power => None,
+    };
+    candidates.iter().map(|c| c.clone().with_known_part(known.clone())).collect()
 }
 
 /// Write the trained models, keeping compatible existing entries for triplets that were not retrained.

@@ -7,6 +7,7 @@ use crate::layer::LayerType;
 use crate::metric::Metric;
 use crate::train::pipeline::{TrainRun, TripletResult};
 use crate::train::store::{self, ModelStore};
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -132,8 +133,8 @@ pub fn markdown(run: &TrainRun, bench: &StoreBench, options_line: &str) -> Strin
     );
     let _ = writeln!(
         md,
-        "Single-layer prediction, mean over 20 000 calls (this build: the dev profile, perfmodel itself \
-         unoptimised); wall clock and this thread's CPU time (lower when the machine is shared).\n"
+        "Single-layer prediction, mean over 20 000 calls (this build: the dev profile, which compiles \
+         perfmodel at opt-level 2); wall clock and this thread's CPU time (lower when the machine is shared).\n"
     );
     let _ =
         writeln!(md, "| layer | metric | method | size | µs wall | µs CPU |\n| --- | --- | --- | --- | ---: | ---: |");
@@ -211,6 +212,37 @@ pub fn markdown(run: &TrainRun, bench: &StoreBench, options_line: &str) -> Strin
     md
 }
 
+/// One scatter chart on `range` (same for both axes) with the identity line from `lo` to `hi`; `labels` are the
+/// title and the x and y axis descriptions.
+fn scatter<DB, R>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    range: R,
+    labels: [&str; 3],
+    points: &[(f64, f64)],
+    (lo, hi): (f64, f64),
+    style: ShapeStyle,
+) -> std::result::Result<(), String>
+where
+    DB: DrawingBackend,
+    DB::ErrorType: 'static,
+    R: AsRangedCoord<Value = f64> + Clone,
+    R::CoordDescType: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+    let [title, x_label, y_label] = labels;
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(range.clone(), range)
+        .map_err(e)?;
+    chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw().map_err(e)?;
+    chart.draw_series(LineSeries::new([(lo, lo), (hi, hi)], &BLACK)).map_err(e)?;
+    chart.draw_series(points.iter().map(|&p| Circle::new(p, 2, style))).map_err(e)?;
+    Ok(())
+}
+
 /// Draw measured (x) against out-of-fold predicted (y) with the identity line, log-log when all values are
 /// positive.
 fn draw<DB: DrawingBackend>(
@@ -230,31 +262,12 @@ where
     let x_label = format!("measured {} ({})", r.metric, r.metric.unit());
     let y_label = format!("predicted (out-of-fold, {})", r.metric.unit());
     let style = ShapeStyle::from(&BLUE.mix(0.5)).filled();
+    let labels = [title.as_str(), x_label.as_str(), y_label.as_str()];
     if lo > 0.0 {
-        let range = (lo / 1.2..hi * 1.2).log_scale();
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(range.clone(), range)
-            .map_err(e)?;
-        chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw().map_err(e)?;
-        chart.draw_series(LineSeries::new([(lo, lo), (hi, hi)], &BLACK)).map_err(e)?;
-        chart.draw_series(points.iter().map(|&p| Circle::new(p, 2, style))).map_err(e)?;
+        scatter(&root, (lo / 1.2..hi * 1.2).log_scale(), labels, &points, (lo, hi), style)?;
     } else {
         let pad = (hi - lo).max(1e-9) * 0.05;
-        let range = lo - pad..hi + pad;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(range.clone(), range)
-            .map_err(e)?;
-        chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw().map_err(e)?;
-        chart.draw_series(LineSeries::new([(lo, lo), (hi, hi)], &BLACK)).map_err(e)?;
-        chart.draw_series(points.iter().map(|&p| Circle::new(p, 2, style))).map_err(e)?;
+        scatter(&root, lo - pad..hi + pad, labels, &points, (lo, hi), style)?;
     }
     root.present().map_err(e)?;
     Ok(())

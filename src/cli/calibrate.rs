@@ -1,0 +1,183 @@
+//! `perfmodel calibrate`: fit a device's whole-network correction from real runs of the zoo's training
+//! architectures (see `perfmodel::estimate::calibration` for why and what is fitted).
+
+use super::default_dir;
+use super::validate::reference_ratios;
+use anyhow::Context;
+use perfmodel::collect::profile::DeviceProfile;
+use perfmodel::engine::{profile_networks, TractExecutor};
+use perfmodel::estimate::calibration::{models_fingerprint, Calibration, CalibrationPoint, MIN_NETWORKS};
+use perfmodel::estimate::{Dirs, Estimator, Method, DEFAULT_DEVICE};
+use perfmodel::Network;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Networks to run (net.json or .onnx) [default: every architecture in the zoo directory, not the holdout]
+    nets: Vec<PathBuf>,
+    /// Device whose learned estimates are calibrated; the networks run here with its profile's threads
+    #[arg(long, default_value = DEFAULT_DEVICE)]
+    device: String,
+    /// Trained models; the calibration is written to MODELS_DIR/DEVICE/calibration.json [default: ./models, else the shipped models]
+    #[arg(long)]
+    models_dir: Option<PathBuf>,
+    /// Device profiles [default: ./collectors, else the shipped ones]
+    #[arg(long)]
+    collectors_dir: Option<PathBuf>,
+    /// Zoo directory for the default networks [default: ./zoo, else the shipped zoo]
+    #[arg(long)]
+    zoo_dir: Option<PathBuf>,
+    /// Timed rounds per network, interleaved across the networks (the median is used)
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    rounds: u64,
+    /// Untimed warm-up runs per network
+    #[arg(long, default_value_t = 2)]
+    warmup: usize,
+    /// Stored single-layer samples re-measured before and after the runs (half each): the measured network
+    /// times are divided by the machine's speed ratio of the moment (new / stored), so the calibration holds
+    /// the network-level effect only, not how busy a shared machine happened to be (0 = no correction)
+    #[arg(long, default_value_t = 40)]
+    reference_samples: usize,
+    /// Collected data of the device, for the reference samples [default: ./data, else the shipped data]
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+}
+
+use super::TableOrJson as Format;
+
+/// The zoo's architectures: `*.json` directly in `zoo` (the holdout lives in a subdirectory), except the
+/// sampled configs.
+fn zoo_networks(zoo: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let entries = std::fs::read_dir(zoo).with_context(|| format!("reading the zoo directory {}", zoo.display()))?;
+    let mut nets = Vec::new();
+    for entry in entries {
+        let path = entry.with_context(|| format!("reading the zoo directory {}", zoo.display()))?.path();
+        let is_net =
+            path.extension().is_some_and(|e| e == "json") && path.file_name().is_some_and(|n| n != "configs.json");
+        if is_net && path.is_file() {
+            nets.push(path);
+        }
+    }
+    nets.sort();
+    Ok(nets)
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let models = args.models_dir.clone().unwrap_or_else(|| default_dir("models"));
+    let collectors = args.collectors_dir.clone().unwrap_or_else(|| default_dir("collectors"));
+    let profile = DeviceProfile::load(&collectors, &args.device)?;
+    let data = args.data_dir.clone().unwrap_or_else(|| default_dir("data"));
+    // Exactly what `perfmodel estimate` computes (bandwidth-priced cheap layers included), before calibration.
+    let dirs = Dirs { models: &models, data: &data, collectors: &collectors };
+    let estimator = Estimator::open_method("learned", &args.device, &dirs)?.without_calibration();
+    let Method::Learned(store) = estimator.method() else { unreachable!("the learned method has a model store") };
+    let fingerprint = models_fingerprint(store.manifest());
+    let nets = if args.nets.is_empty() {
+        zoo_networks(&args.zoo_dir.clone().unwrap_or_else(|| default_dir("zoo")))?
+    } else {
+        args.nets.clone()
+    };
+    if nets.len() < MIN_NETWORKS {
+        anyhow::bail!(perfmodel::Error::Invalid(format!(
+            "calibration needs at least {MIN_NETWORKS} networks, got {} (by default the zoo's architectures)",
+            nets.len()
+        )));
+    }
+    let nets = nets.iter().map(Network::load).collect::<perfmodel::Result<Vec<Network>>>()?;
+    eprintln!("running {} networks, {} interleaved rounds each", nets.len(), args.rounds);
+    // Rounds interleaved across the networks, so a slow spell of the machine does not land on one of them.
+    let executor = TractExecutor::new(profile.threads)?;
+    let half = args.reference_samples / 2;
+    let mut ratios = if half > 0 { reference_ratios(&data, &profile, &executor, half, 1)? } else { Vec::new() };
+    let profiles =
+        profile_networks(&nets, profile.threads, args.rounds as usize, args.warmup).context("benchmarking")?;
+    if half > 0 {
+        ratios.extend(reference_ratios(&data, &profile, &executor, args.reference_samples - half, 2)?);
+    }
+    ratios.sort_by(f64::total_cmp);
+    let speed = ratios.get(ratios.len() / 2).copied().unwrap_or(1.0);
+    if half > 0 {
+        eprintln!("machine speed now: stored layers re-measured at {speed:.2}x their collected time");
+    }
+    let mut points = Vec::with_capacity(nets.len());
+    for (net, measured) in nets.iter().zip(&profiles) {
+        let estimate = estimator.estimate(net)?;
+        eprintln!(
+            "{}: measured {:.3} ms / {:.2} MiB, predicted {:.3} ms / {:.2} MiB",
+            net.name,
+            measured.total.latency_ms,
+            measured.total.peak_memory_mib,
+            estimate.total.latency_ms,
+            estimate.total.peak_memory_mib
+        );
+        points.push(CalibrationPoint {
+            network: net.name.clone(),
+            executing_layers: estimate.executing_layers(),
+            measured_latency_ms: measured.total.latency_ms / speed,
+            predicted_latency_ms: estimate.total.latency_ms,
+            measured_peak_memory_mib: measured.total.peak_memory_mib,
+            predicted_peak_memory_mib: estimate.total.peak_memory_mib,
+        });
+    }
+    let mut calibration = Calibration::fit(&args.device, "learned", &fingerprint, points)?;
+    calibration.machine_speed_ratio = (half > 0).then_some(speed);
+    let path = calibration.save(&models)?;
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&calibration)?),
+        Format::Table => print_table(&calibration, &path),
+    }
+    Ok(())
+}
+
+fn print_table(c: &Calibration, path: &Path) {
+    let k = c.correction;
+    let pct = |predicted: f64, measured: f64| 100.0 * (predicted - measured) / measured;
+    let width = c.networks.iter().map(|n| n.network.len()).max().unwrap_or(7).max(7);
+    println!(
+        "{:<width$}  {:>6}  {:>11}  {:>8}  {:>8}  {:>12}  {:>8}  {:>8}",
+        "network", "layers", "measured_ms", "raw_%", "calib_%", "measured_MiB", "raw_%", "calib_%"
+    );
+    let (mut raw, mut calibrated) = (Vec::new(), Vec::new());
+    for n in &c.networks {
+        let latency = k.latency_scale * n.predicted_latency_ms + k.latency_per_layer_ms * n.executing_layers as f64;
+        let memory = k.peak_memory_mib(n.predicted_peak_memory_mib, n.executing_layers);
+        let errors = [
+            pct(n.predicted_latency_ms, n.measured_latency_ms),
+            pct(latency, n.measured_latency_ms),
+            pct(n.predicted_peak_memory_mib, n.measured_peak_memory_mib),
+            pct(memory, n.measured_peak_memory_mib),
+        ];
+        raw.push((errors[0].abs(), errors[2].abs()));
+        calibrated.push((errors[1].abs(), errors[3].abs()));
+        println!(
+            "{:<width$}  {:>6}  {:>11.3}  {:>+8.1}  {:>+8.1}  {:>12.2}  {:>+8.1}  {:>+8.1}",
+            n.network,
+            n.executing_layers,
+            n.measured_latency_ms,
+            errors[0],
+            errors[1],
+            n.measured_peak_memory_mib,
+            errors[2],
+            errors[3]
+        );
+    }
+    let median = |v: Vec<f64>| {
+        let mut v = v;
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    println!(
+        "median |error| on these networks (in-sample): latency {:.1}% raw, {:.1}% calibrated; memory {:.1}% raw, {:.1}% calibrated",
+        median(raw.iter().map(|e| e.0).collect()),
+        median(calibrated.iter().map(|e| e.0).collect()),
+        median(raw.iter().map(|e| e.1).collect()),
+        median(calibrated.iter().map(|e| e.1).collect())
+    );
+    println!(
+        "correction: layer latency x {:.4} {:+.4} ms; peak memory {:+.3} MiB {:+.4} MiB per executing layer",
+        k.latency_scale, k.latency_per_layer_ms, k.memory_fixed_mib, k.memory_per_layer_mib
+    );
+    println!("written to {} (validate on networks not listed here, e.g. zoo/holdout/)", path.display());
+}

@@ -1,0 +1,280 @@
+//! Whole-network calibration of a device's learned estimates.
+//!
+//! The regressors learn layers measured alone: each one looped hot in cache, with the engine's per-run
+//! overhead, in a process that holds only that layer. A whole network differs in ways that are systematic for a
+//! device and engine: layers start with colder caches, every node adds the plan's bookkeeping, and the engine
+//! keeps per-node state (packed weights with their padding, plan structures) resident for the whole run. Each
+//! effect is small per layer but adds up over hundreds of layers, so it is fitted once per device from real
+//! whole-network runs of the zoo's *training* architectures (never the holdout networks that `validate` uses) and
+//! applied to every learned estimate:
+//!
+//! - latency: each executing layer's prediction `t` becomes `max(0, latency_scale · t + latency_per_layer_ms)`;
+//! - peak memory: `+ memory_fixed_mib + memory_per_layer_mib · executing layers`.
+//!
+//! Both are weighted least-squares fits of the *relative* error over the networks, so a 1 ms and a 1 s network
+//! count alike. The file (`models/<device>/calibration.json`) keeps the networks and their measurements, and the
+//! data hash of the models it was fitted for: after a retrain it no longer applies, and estimates say so.
+
+use crate::error::{write_atomic, Error, Result};
+use crate::train::store::Manifest;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+
+/// File name inside `models/<device>/`.
+pub const CALIBRATION_FILE: &str = "calibration.json";
+
+/// Bumped when the file's meaning changes.
+pub const CALIBRATION_FORMAT: u32 = 1;
+
+/// Fewest networks a calibration is fitted on (two parameters per metric, and one to spare).
+pub const MIN_NETWORKS: usize = 3;
+
+/// One whole network: what the uncalibrated estimate said and what a real run measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CalibrationPoint {
+    pub network: String,
+    /// Layers that execute (neither free nor fused) and have a latency, which the per-layer terms multiply.
+    pub executing_layers: usize,
+    pub measured_latency_ms: f64,
+    pub predicted_latency_ms: f64,
+    pub measured_peak_memory_mib: f64,
+    pub predicted_peak_memory_mib: f64,
+}
+
+/// The four fitted numbers, as applied and reported with an estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Correction {
+    pub latency_scale: f64,
+    pub latency_per_layer_ms: f64,
+    pub memory_fixed_mib: f64,
+    pub memory_per_layer_mib: f64,
+}
+
+impl Correction {
+    /// A calibrated layer latency (never negative).
+    pub fn layer_latency_ms(&self, predicted_ms: f64) -> f64 {
+        (self.latency_scale * predicted_ms + self.latency_per_layer_ms).max(0.0)
+    }
+
+    /// A calibrated peak memory (never negative).
+    pub fn peak_memory_mib(&self, predicted_mib: f64, executing_layers: usize) -> f64 {
+        (predicted_mib + self.memory_fixed_mib + self.memory_per_layer_mib * executing_layers as f64).max(0.0)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    pub format_version: u32,
+    pub device: String,
+    /// The estimation method whose predictions were calibrated.
+    pub method: String,
+    /// [`models_fingerprint`] of the model store the predictions came from.
+    pub models_fingerprint: String,
+    pub perfmodel_version: String,
+    /// UTC, RFC 3339.
+    pub created: String,
+    pub correction: Correction,
+    /// The machine's speed during the runs relative to when the device's data was collected (median new/stored
+    /// latency of re-measured samples); the networks' measured latencies are divided by it. `None`: not measured.
+    pub machine_speed_ratio: Option<f64>,
+    pub networks: Vec<CalibrationPoint>,
+}
+
+impl Calibration {
+    /// Fit the correction to `networks` (at least [`MIN_NETWORKS`], each with positive measurements).
+    pub fn fit(
+        device: &str,
+        method: &str,
+        models_fingerprint: &str,
+        networks: Vec<CalibrationPoint>,
+    ) -> Result<Calibration> {
+        if networks.len() < MIN_NETWORKS {
+            return Err(Error::Invalid(format!(
+                "calibration needs at least {MIN_NETWORKS} networks, got {}",
+                networks.len()
+            )));
+        }
+        for p in &networks {
+            let values = [p.measured_latency_ms, p.predicted_latency_ms, p.measured_peak_memory_mib];
+            if values.iter().any(|v| !v.is_finite() || *v <= 0.0) || !p.predicted_peak_memory_mib.is_finite() {
+                return Err(Error::Invalid(format!(
+                    "network '{}': calibration needs positive, finite latencies and memory, got {p:?}",
+                    p.network
+                )));
+            }
+        }
+        // Latency: measured ≈ scale · predicted + per_layer · layers, weights 1 / measured².
+        let latency: Vec<(f64, f64, f64)> = networks
+            .iter()
+            .map(|p| (p.predicted_latency_ms, p.executing_layers as f64, p.measured_latency_ms))
+            .collect();
+        let (mut latency_scale, mut latency_per_layer_ms) = relative_least_squares(&latency);
+        if latency_scale <= 0.0 {
+            // Few networks can make the two-parameter fit trade the scale for the per-layer term: scale only.
+            let scale_only: Vec<(f64, f64, f64)> = latency.iter().map(|&(x, _, y)| (x, 0.0, y)).collect();
+            (latency_scale, latency_per_layer_ms) = relative_least_squares(&scale_only);
+        }
+        if !(latency_scale.is_finite() && latency_scale > 0.0 && latency_per_layer_ms.is_finite()) {
+            return Err(Error::Invalid(format!(
+                "the latency calibration came out as scale {latency_scale}, {latency_per_layer_ms} ms per layer: \
+                 the measurements do not follow the predictions (check the benchmarks and the models)"
+            )));
+        }
+        // Memory: measured - predicted ≈ fixed + per_layer · layers, weights 1 / measured².
+        let memory: Vec<(f64, f64, f64)> = networks
+            .iter()
+            .map(|p| (1.0, p.executing_layers as f64, p.measured_peak_memory_mib - p.predicted_peak_memory_mib))
+            .collect();
+        let weights: Vec<f64> = networks.iter().map(|p| p.measured_peak_memory_mib).collect();
+        let (memory_fixed_mib, memory_per_layer_mib) = weighted_least_squares(&memory, &weights);
+        Ok(Calibration {
+            format_version: CALIBRATION_FORMAT,
+            device: device.to_string(),
+            method: method.to_string(),
+            models_fingerprint: models_fingerprint.to_string(),
+            perfmodel_version: crate::VERSION.to_string(),
+            created: crate::data::now_rfc3339(),
+            correction: Correction { latency_scale, latency_per_layer_ms, memory_fixed_mib, memory_per_layer_mib },
+            machine_speed_ratio: None,
+            networks,
+        })
+    }
+
+    pub fn path(models_dir: &Path, device: &str) -> PathBuf {
+        models_dir.join(device).join(CALIBRATION_FILE)
+    }
+
+    /// The device's calibration, `None` when it has none. A file that exists but cannot be read is an error.
+    pub fn load(models_dir: &Path, device: &str) -> Result<Option<Calibration>> {
+        let path = Calibration::path(models_dir, device);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(&path, e)),
+        };
+        let bad = |message: String| Error::Model { path: path.clone(), message };
+        let calibration: Calibration = serde_json::from_str(&text)
+            .map_err(|e| bad(format!("not a calibration file ({e}); rerun 'perfmodel calibrate --device {device}'")))?;
+        if calibration.format_version != CALIBRATION_FORMAT {
+            return Err(bad(format!(
+                "calibration format {}, this build reads {CALIBRATION_FORMAT}; rerun 'perfmodel calibrate --device {device}'",
+                calibration.format_version
+            )));
+        }
+        if calibration.device != device {
+            return Err(bad(format!("calibration of device '{}', expected '{device}'", calibration.device)));
+        }
+        let c = calibration.correction;
+        let numbers = [c.latency_scale, c.latency_per_layer_ms, c.memory_fixed_mib, c.memory_per_layer_mib];
+        if numbers.iter().any(|v| !v.is_finite()) || c.latency_scale <= 0.0 {
+            return Err(bad(format!("invalid correction {c:?}")));
+        }
+        Ok(Some(calibration))
+    }
+
+    pub fn save(&self, models_dir: &Path) -> Result<PathBuf> {
+        let path = Calibration::path(models_dir, &self.device);
+        let text = serde_json::to_string_pretty(self).map_err(|e| Error::Invalid(format!("{e}")))?;
+        write_atomic(&path, format!("{text}\n").as_bytes())?;
+        Ok(path)
+    }
+}
+
+/// Identifies the exact models of a store: a hash over every entry's (layer type, metric, method, file hash).
+/// Retraining changes it even on the same data, so a calibration never outlives the models it was fitted for.
+pub fn models_fingerprint(manifest: &Manifest) -> String {
+    let mut h = Sha256::new();
+    for m in &manifest.models {
+        for part in [&m.layer_type, &m.metric, &m.method, &m.file_sha256] {
+            h.update(part.as_bytes());
+            h.update([0u8]);
+        }
+    }
+    crate::train::store::hex(&h.finalize())
+}
+
+/// Minimise Σ ((a·x + b·n − y) / y)² over (a, b) for rows (x, n, y).
+fn relative_least_squares(rows: &[(f64, f64, f64)]) -> (f64, f64) {
+    let weights: Vec<f64> = rows.iter().map(|r| r.2).collect();
+    weighted_least_squares(rows, &weights)
+}
+
+/// Minimise Σ ((a·x + b·n − y) / s)² over (a, b) for rows (x, n, y) and scales s; when the two columns are
+/// (nearly) proportional, b = 0 and only a is fitted.
+fn weighted_least_squares(rows: &[(f64, f64, f64)], scales: &[f64]) -> (f64, f64) {
+    let (mut sxx, mut sxn, mut snn, mut sxy, mut sny) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for (&(x, n, y), s) in rows.iter().zip(scales) {
+        let w = 1.0 / (s * s);
+        sxx += w * x * x;
+        sxn += w * x * n;
+        snn += w * n * n;
+        sxy += w * x * y;
+        sny += w * n * y;
+    }
+    let det = sxx * snn - sxn * sxn;
+    if det.abs() <= 1e-9 * sxx * snn || snn == 0.0 {
+        return (if sxx > 0.0 { sxy / sxx } else { 0.0 }, 0.0);
+    }
+    ((sxy * snn - sny * sxn) / det, (sxx * sny - sxn * sxy) / det)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(name: &str, layers: usize, predicted_ms: f64, predicted_mib: f64) -> CalibrationPoint {
+        // The "device": 1.1 × predicted + 0.02 ms per layer; memory + 0.5 MiB + 0.01 MiB per layer.
+        CalibrationPoint {
+            network: name.into(),
+            executing_layers: layers,
+            measured_latency_ms: 1.1 * predicted_ms + 0.02 * layers as f64,
+            predicted_latency_ms: predicted_ms,
+            measured_peak_memory_mib: predicted_mib + 0.5 + 0.01 * layers as f64,
+            predicted_peak_memory_mib: predicted_mib,
+        }
+    }
+
+    #[test]
+    fn an_exact_linear_relation_is_recovered() {
+        let points = vec![point("a", 10, 5.0, 20.0), point("b", 200, 80.0, 150.0), point("c", 50, 3.0, 4.0)];
+        let c = Calibration::fit("dev", "learned", "h", points.clone()).unwrap().correction;
+        assert!((c.latency_scale - 1.1).abs() < 1e-9, "{c:?}");
+        assert!((c.latency_per_layer_ms - 0.02).abs() < 1e-9, "{c:?}");
+        assert!((c.memory_fixed_mib - 0.5).abs() < 1e-9, "{c:?}");
+        assert!((c.memory_per_layer_mib - 0.01).abs() < 1e-9, "{c:?}");
+        for p in &points {
+            assert!(
+                (c.peak_memory_mib(p.predicted_peak_memory_mib, p.executing_layers) - p.measured_peak_memory_mib).abs()
+                    < 1e-9
+            );
+        }
+        assert!((c.layer_latency_ms(2.0) - (1.1 * 2.0 + 0.02)).abs() < 1e-9);
+        // A negative per-layer term never makes a layer negative.
+        let shrink = Correction { latency_per_layer_ms: -1.0, ..c };
+        assert_eq!(shrink.layer_latency_ms(0.1), 0.0);
+    }
+
+    #[test]
+    fn too_few_or_unmeasured_networks_are_refused() {
+        let two = vec![point("a", 10, 5.0, 20.0), point("b", 20, 8.0, 15.0)];
+        assert!(Calibration::fit("dev", "learned", "h", two).unwrap_err().to_string().contains("at least 3"));
+        let mut bad = vec![point("a", 10, 5.0, 20.0), point("b", 20, 8.0, 15.0), point("c", 5, 1.0, 1.0)];
+        bad[2].measured_latency_ms = 0.0;
+        let err = Calibration::fit("dev", "learned", "h", bad).unwrap_err().to_string();
+        assert!(err.contains("network 'c'"), "{err}");
+    }
+
+    #[test]
+    fn save_load_round_trip_and_bad_files_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(Calibration::load(dir.path(), "dev").unwrap(), None);
+        let points = vec![point("a", 10, 5.0, 20.0), point("b", 200, 80.0, 150.0), point("c", 50, 3.0, 4.0)];
+        let c = Calibration::fit("dev", "learned", "h", points).unwrap();
+        let path = c.save(dir.path()).unwrap();
+        assert_eq!(Calibration::load(dir.path(), "dev").unwrap(), Some(c));
+        std::fs::write(&path, "{ not json").unwrap();
+        let err = Calibration::load(dir.path(), "dev").unwrap_err().to_string();
+        assert!(err.contains("calibration.json") && err.contains("perfmodel calibrate"), "{err}");
+    }
+}
