@@ -38,6 +38,10 @@ pub struct Args {
     /// the network-level effect only, not how busy a shared machine happened to be (0 = no correction)
     #[arg(long, default_value_t = 40)]
     reference_samples: usize,
+    /// Fit only the peak-memory correction, from one run per network (memory does not depend on the machine's
+    /// speed; on a shared VM whose speed drifts by ±30% a latency fit learns the drift, not the networks)
+    #[arg(long)]
+    memory_only: bool,
     /// Collected data of the device, for the reference samples [default: ./data, else the shipped data]
     #[arg(long)]
     data_dir: Option<PathBuf>,
@@ -89,10 +93,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     eprintln!("running {} networks, {} interleaved rounds each", nets.len(), args.rounds);
     // Rounds interleaved across the networks, so a slow spell of the machine does not land on one of them.
     let executor = TractExecutor::new(profile.threads)?;
-    let half = args.reference_samples / 2;
+    let half = if args.memory_only { 0 } else { args.reference_samples / 2 };
     let mut ratios = if half > 0 { reference_ratios(&data, &profile, &executor, half, 1)? } else { Vec::new() };
-    let profiles =
-        profile_networks(&nets, profile.threads, args.rounds as usize, args.warmup).context("benchmarking")?;
+    let (rounds, warmup) = if args.memory_only { (1, 0) } else { (args.rounds as usize, args.warmup) };
+    let profiles = profile_networks(&nets, profile.threads, rounds, warmup).context("benchmarking")?;
     if half > 0 {
         ratios.extend(reference_ratios(&data, &profile, &executor, args.reference_samples - half, 2)?);
     }
@@ -122,6 +126,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         });
     }
     let mut calibration = Calibration::fit(&args.device, "learned", &fingerprint, points)?;
+    if args.memory_only {
+        calibration = calibration.memory_only();
+    }
     calibration.machine_speed_ratio = (half > 0).then_some(speed);
     let path = calibration.save(&models)?;
     match args.format {

@@ -50,9 +50,16 @@ pub(super) fn reference_ratios(
     count: usize,
     seed: u64,
 ) -> anyhow::Result<Vec<f64>> {
-    let report = remeasure(device, executor, data_dir, count, seed, &mut Notes)
-        .context("re-measuring stored samples for the machine-speed reference (--reference-samples 0 skips it)")?;
-    Ok(report.samples.iter().map(|s| s.3 / s.2).collect())
+    match remeasure(device, executor, data_dir, count, seed, &mut Notes) {
+        Ok(report) => Ok(report.samples.iter().map(|s| s.3 / s.2).collect()),
+        // No stored samples to compare with: the reference is a side measurement, so go on without it.
+        Err(e @ perfmodel::Error::Device { .. }) => {
+            eprintln!("note: machine speed not measured: {e}");
+            Ok(Vec::new())
+        }
+        Err(e) => Err(anyhow::Error::new(e)
+            .context("re-measuring stored samples for the machine-speed reference (--reference-samples 0 skips it)")),
+    }
 }
 
 use super::TableOrJson as Format;

@@ -75,6 +75,9 @@ pub struct Calibration {
     /// UTC, RFC 3339.
     pub created: String,
     pub correction: Correction,
+    /// Only the memory correction was fitted (latency scale 1, 0 ms per layer): memory is deterministic, while
+    /// on a machine whose speed drifts a latency fit would learn the drift.
+    pub memory_only: bool,
     /// The machine's speed during the runs relative to when the device's data was collected (median new/stored
     /// latency of re-measured samples); the networks' measured latencies are divided by it. `None`: not measured.
     pub machine_speed_ratio: Option<f64>,
@@ -136,9 +139,18 @@ impl Calibration {
             perfmodel_version: crate::VERSION.to_string(),
             created: crate::data::now_rfc3339(),
             correction: Correction { latency_scale, latency_per_layer_ms, memory_fixed_mib, memory_per_layer_mib },
+            memory_only: false,
             machine_speed_ratio: None,
             networks,
         })
+    }
+
+    /// Keep only the memory correction: latency is left as the models predict it.
+    pub fn memory_only(mut self) -> Calibration {
+        self.correction.latency_scale = 1.0;
+        self.correction.latency_per_layer_ms = 0.0;
+        self.memory_only = true;
+        self
     }
 
     pub fn path(models_dir: &Path, device: &str) -> PathBuf {

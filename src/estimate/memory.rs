@@ -15,6 +15,9 @@
 //! - While layer `i` executes, memory in use = all weights + all live tensors (its inputs and its output among
 //!   them) + its workspace (scratch the engine needs beyond inputs, output and weights, e.g. im2col buffers,
 //!   from the memory predictor).
+//! - An element-wise layer (activation, batch norm, add, multiply) writes its output into an input tensor of the
+//!   same size whose last reader it is, as tract does for uniquely owned inputs: it allocates nothing, and that
+//!   buffer lives on as its output. The network input is never overwritten (the caller owns it).
 //! - Peak memory is the maximum over the executing steps.
 
 use crate::network::Source;
@@ -34,6 +37,8 @@ pub struct Step {
     pub workspace_bytes: u64,
     /// False for layers that do not run (views, fused): their output aliases their first input.
     pub executes: bool,
+    /// An element-wise layer that may compute in place into an input it is the last reader of.
+    pub in_place: bool,
 }
 
 /// Peak bytes in use over the executing steps. `sources[i]` are the inputs of layer `i` (as in
@@ -55,7 +60,66 @@ pub fn peak_bytes(sources: &[Vec<Source>], steps: &[Step], input_bytes: u64, wei
             }
         }
     }
-    // Step at which each stored tensor is last needed; consumers are later than producers, so one pass in order.
+    let bytes_of = |t: usize| if t == 0 { input_bytes } else { steps[t - 1].output_bytes };
+    // Step after which each stored tensor is last needed (through views too).
+    let mut last_use = last_uses(sources, &storage, n);
+    // In-place steps, in order: the output joins the buffer it overwrites, which then lives as long as the
+    // output's readers need it (so a chain conv → relu → add can keep reusing one buffer).
+    let find = |storage: &[usize], mut t: usize| {
+        while storage[t] != t {
+            t = storage[t];
+        }
+        t
+    };
+    for i in 0..n {
+        if !(steps[i].executes && steps[i].in_place) {
+            continue;
+        }
+        let target = sources[i]
+            .iter()
+            .map(|s| find(&storage, tensor_of(s)))
+            .find(|&r| r != 0 && last_use[r] == i && bytes_of(r) == steps[i].output_bytes);
+        if let Some(r) = target {
+            let output = 1 + i;
+            storage[output] = r;
+            last_use[r] = last_use[r].max(last_use[output]);
+        }
+    }
+    for t in 0..=n {
+        storage[t] = find(&storage, t);
+    }
+    // Sweep: allocate at the producing step, free after the last use.
+    let mut allocated_at = vec![0u64; n];
+    let mut freed_after = vec![0u64; n];
+    if n > 0 {
+        allocated_at[0] += input_bytes;
+        freed_after[last_use[0]] += input_bytes;
+    }
+    for i in 0..n {
+        if steps[i].executes && storage[1 + i] == 1 + i {
+            allocated_at[i] += steps[i].output_bytes;
+            freed_after[last_use[1 + i]] += steps[i].output_bytes;
+        }
+    }
+    let mut live = 0u64;
+    let mut peak = 0u64;
+    for i in 0..n {
+        live += allocated_at[i];
+        if steps[i].executes {
+            peak = peak.max(live.saturating_add(steps[i].workspace_bytes));
+        }
+        live -= freed_after[i];
+    }
+    weight_bytes.saturating_add(peak)
+}
+
+/// Step after which each stored tensor (index into `storage`'s targets) is last needed; tensors nobody reads are
+/// network outputs and live to the end. Consumers come after producers, so one pass in order.
+fn last_uses(sources: &[Vec<Source>], storage: &[usize], n: usize) -> Vec<usize> {
+    let tensor_of = |s: &Source| match *s {
+        Source::Input => 0,
+        Source::Layer(j) => 1 + j,
+    };
     let mut last_use: Vec<usize> = vec![0; n + 1];
     let mut consumed = vec![false; n + 1];
     for t in 1..=n {
@@ -73,29 +137,7 @@ pub fn peak_bytes(sources: &[Vec<Source>], steps: &[Step], input_bytes: u64, wei
             last_use[storage[t]] = n.saturating_sub(1);
         }
     }
-    // Sweep: allocate at the producing step, free after the last use.
-    let mut allocated_at = vec![0u64; n];
-    let mut freed_after = vec![0u64; n];
-    if n > 0 {
-        allocated_at[0] += input_bytes;
-        freed_after[last_use[0]] += input_bytes;
-    }
-    for i in 0..n {
-        if steps[i].executes {
-            allocated_at[i] += steps[i].output_bytes;
-            freed_after[last_use[1 + i]] += steps[i].output_bytes;
-        }
-    }
-    let mut live = 0u64;
-    let mut peak = 0u64;
-    for i in 0..n {
-        live += allocated_at[i];
-        if steps[i].executes {
-            peak = peak.max(live.saturating_add(steps[i].workspace_bytes));
-        }
-        live -= freed_after[i];
-    }
-    weight_bytes.saturating_add(peak)
+    last_use
 }
 
 #[cfg(test)]
@@ -103,7 +145,7 @@ mod tests {
     use super::*;
 
     fn run(output_bytes: u64, workspace_bytes: u64) -> Step {
-        Step { output_bytes, workspace_bytes, executes: true }
+        Step { output_bytes, workspace_bytes, executes: true, in_place: false }
     }
 
     #[test]
@@ -115,6 +157,28 @@ mod tests {
     }
 
     #[test]
+    fn element_wise_layers_reuse_the_buffers_they_are_the_last_reader_of() {
+        // input 8 -> a(16) -> relu r(16) -> b(16) -> add(r, b)(16): relu overwrites a, the add overwrites r's
+        // buffer (still a's), so one 16-byte buffer serves a, r and the sum.
+        let sources = vec![
+            vec![Source::Input],
+            vec![Source::Layer(0)],
+            vec![Source::Layer(1)],
+            vec![Source::Layer(1), Source::Layer(2)],
+        ];
+        let in_place = |output_bytes| Step { output_bytes, workspace_bytes: 0, executes: true, in_place: true };
+        let steps = [run(16, 0), in_place(16), run(16, 0), in_place(16)];
+        // a: 8 + 16; r: 16 (in a); b: 16 + 16; add: 16 + 16 (in a).
+        assert_eq!(peak_bytes(&sources, &steps, 8, 0), 32);
+        let copying = [run(16, 0), run(16, 0), run(16, 0), run(16, 0)];
+        // a: 24; r: a + r = 32; b: r + b = 32; add: r + b + sum = 48.
+        assert_eq!(peak_bytes(&sources, &copying, 8, 0), 48);
+        // Never into the network input, which the caller owns: relu straight on the input allocates.
+        let on_input = vec![vec![Source::Input]];
+        assert_eq!(peak_bytes(&on_input, &[in_place(8)], 8, 0), 16);
+    }
+
+    #[test]
     fn residual_branch_stays_alive_and_views_alias() {
         // input 8 -> a(16) -> flatten (view of a) -> b(4) -> add(a-view, b)(16)
         let sources = vec![
@@ -123,7 +187,7 @@ mod tests {
             vec![Source::Layer(1)],
             vec![Source::Layer(1), Source::Layer(2)],
         ];
-        let view = Step { output_bytes: 16, workspace_bytes: 0, executes: false };
+        let view = Step { output_bytes: 16, workspace_bytes: 0, executes: false, in_place: false };
         let steps = [run(16, 0), view, run(4, 100), run(16, 0)];
         // a: 8 + 16 = 24; b: 16 (a, alive through the view until add) + 4 + 100 = 120; add: 16 + 4 + 16 = 36.
         assert_eq!(peak_bytes(&sources, &steps, 8, 0), 120);

@@ -10,7 +10,9 @@
 //! 2. `fused:<producer>`: an activation the engine fuses into the convolution / dense kernel that produces its
 //!    input (linear, relu, relu6, leaky relu), and a batch norm directly after a convolution without activation
 //!    (folded into its weights), when that producer has no other consumer. The producer's prediction already
-//!    contains the work; the layer itself costs 0 ms and computes in place.
+//!    contains the work; the layer itself costs 0 ms and computes in place. Likewise a zero padding whose only
+//!    reader is a convolution: the engine folds it into the convolution's own padding (tract does; measured
+//!    0 ms in whole-network runs), so the padded tensor is never made.
 //! 3. The method's predictor (a trained regressor, a baseline formula, a nearest measured sample).
 //! 4. `analytic:bandwidth`: a cheap memory-bound layer with no predictor (activation, batch norm, add, multiply,
 //!    concat, padding, cropping, global pooling: a few operations per element at most) takes the time to read its
@@ -277,6 +279,7 @@ impl Estimator {
         let total_flops = analysis.total_flops();
         let correction = self.calibration.as_ref().map(|c| c.correction);
         let mut fused_into: Vec<Option<usize>> = vec![None; n];
+        let padding_into = padding_fused_into(net, &analysis.sources, &consumers);
         let mut layers = Vec::with_capacity(n);
         let mut steps = Vec::with_capacity(n);
         let mut uncovered = Vec::new();
@@ -299,6 +302,9 @@ impl Estimator {
             let mut workspace_bytes = 0u64;
             let executes = if layer_type.is_free() {
                 row.predictor.push_str("free");
+                false
+            } else if let Some(conv) = padding_into[i] {
+                row.predictor = format!("fused:{}", net.layers[conv].name);
                 false
             } else if let Some(owner) = fusion_owner(net, &analysis.sources, &consumers, &fused_into, i) {
                 fused_into[i] = Some(owner);
@@ -359,7 +365,13 @@ impl Estimator {
             if executes {
                 all_weight_bytes += weight_bytes;
             }
-            steps.push(Step { output_bytes: cost.output_elems * BYTES_PER_ELEMENT, workspace_bytes, executes });
+            let in_place = executes && computes_in_place(&layer.op);
+            steps.push(Step {
+                output_bytes: cost.output_elems * BYTES_PER_ELEMENT,
+                workspace_bytes,
+                executes,
+                in_place,
+            });
             layers.push(row);
         }
         let input_bytes = net.input_shape.iter().product::<usize>() as u64 * net.batch_size as u64 * BYTES_PER_ELEMENT;
@@ -457,6 +469,30 @@ fn fusion_owner(
         (Op::BatchNorm, Op::Conv2d(c)) if c.activation == Activation::Linear => Some(j),
         (Op::BatchNorm, Op::DepthwiseConv2d(c)) if c.activation == Activation::Linear => Some(j),
         _ => None,
+    }
+}
+
+/// For every zero padding whose only reader is a convolution (regular or depthwise): that convolution, which
+/// absorbs the padding (rule 2 of the module docs).
+fn padding_fused_into(net: &Network, sources: &[Vec<Source>], consumers: &[u32]) -> Vec<Option<usize>> {
+    let mut into = vec![None; net.layers.len()];
+    for (reader, srcs) in sources.iter().enumerate() {
+        let [Source::Layer(pad)] = srcs.as_slice() else { continue };
+        let is_conv = matches!(net.layers[reader].op, Op::Conv2d(_) | Op::DepthwiseConv2d(_));
+        if is_conv && consumers[*pad] == 1 && matches!(net.layers[*pad].op, Op::ZeroPadding2d { .. }) {
+            into[*pad] = Some(reader);
+        }
+    }
+    into
+}
+
+/// Element-wise layers the engine computes into an input buffer it owns (tract does for uniquely owned inputs);
+/// softmax needs its input while it writes (a max and a sum first), so it gets a new buffer.
+fn computes_in_place(op: &Op) -> bool {
+    match op {
+        Op::Activation(a) => *a != Activation::Softmax,
+        Op::BatchNorm | Op::Add | Op::Multiply => true,
+        _ => false,
     }
 }
 
@@ -566,6 +602,25 @@ mod tests {
 
     fn paleo() -> Estimator {
         Estimator::new("dev", Method::Paleo(Roofline { peak_gflops: 1.0, memory_bandwidth_gbs: 1.0 }))
+    }
+
+    #[test]
+    fn zero_padding_folds_into_a_convolution_but_not_into_a_pool() {
+        let net = Network::from_json_str(
+            r#"{"name": "pads", "input_shape": [3, 16, 16], "layers": [
+                {"name": "pad1", "type": "zero_padding2d", "padding": [1, 1, 1, 1]},
+                {"name": "conv", "type": "conv2d", "filters": 8, "kernel": [3, 3]},
+                {"name": "pad2", "type": "zero_padding2d", "padding": [1, 1, 1, 1]},
+                {"name": "pool", "type": "max_pool2d", "pool_size": [3, 3]}]}"#,
+            "pads.json",
+        )
+        .unwrap();
+        let e = paleo().estimate(&net).unwrap();
+        assert_eq!(e.layers[0].predictor, "fused:conv");
+        assert_eq!((e.layers[0].latency_ms, e.layers[0].memory_mib), (Some(0.0), 0.0));
+        assert_eq!(e.layers[2].predictor, "paleo");
+        assert!(e.layers[2].latency_ms.unwrap() > 0.0);
+        assert_eq!(e.executing_layers(), 3);
     }
 
     #[test]

@@ -391,11 +391,12 @@ mod tests {
         let known = KnownPart::tensor_mib(&names).unwrap();
         assert_eq!(known.features, vec![1, 2, 3]);
         assert!(KnownPart::tensor_mib(&names[..3]).is_none());
-        // Tensors of up to ~10 MiB plus a rest of a few KiB that is negative for small kernels (in-place work).
+        // Tensors of 0.04 to ~10 MiB plus a rest of a few KiB that is negative for small kernels (in-place work);
+        // the totals stay positive (a prediction is never below 0).
         let x: Vec<Vec<f64>> = (0..120)
             .map(|i| {
                 let k = (i % 6) as f64;
-                vec![k, (i * 1000) as f64, ((i % 7) * 300_000) as f64, (i * 500) as f64, 0.0]
+                vec![k, ((i + 1) * 10_000) as f64, ((i % 7) * 300_000) as f64, (i * 500) as f64, 0.0]
             })
             .collect();
         let rest = |k: f64| 0.004 * (k - 1.5);
