@@ -54,10 +54,15 @@ pub fn table(e: &Estimate) -> String {
         t.peak_memory_mib, t.memory_two_largest_mib, t.memory_two_mean_mib
     );
     if let Some(c) = &e.calibration {
+        let latency = if c.latency_scale == 1.0 && c.latency_per_layer_ms == 0.0 {
+            "latency not calibrated".to_string()
+        } else {
+            format!("layer latency x {:.4} {:+.4} ms", c.latency_scale, c.latency_per_layer_ms)
+        };
         let _ = writeln!(
             out,
-            "calibrated on whole-network runs: layer latency x {:.4} {:+.4} ms, peak memory {:+.3} MiB {:+.4} MiB per executing layer",
-            c.latency_scale, c.latency_per_layer_ms, c.memory_fixed_mib, c.memory_per_layer_mib
+            "calibrated on whole-network runs: {latency}, peak memory {:+.3} MiB {:+.4} MiB per executing layer",
+            c.memory_fixed_mib, c.memory_per_layer_mib
         );
     }
     for u in &e.uncovered {
