@@ -2,10 +2,9 @@
 //! architectures (see `perfmodel::estimate::calibration` for why and what is fitted).
 
 use super::default_dir;
-use super::validate::reference_ratios;
+use super::validate::bench_with_speed_reference;
 use anyhow::Context;
 use perfmodel::collect::profile::DeviceProfile;
-use perfmodel::engine::{profile_networks, TractExecutor};
 use perfmodel::estimate::calibration::{models_fingerprint, Calibration, CalibrationPoint, MIN_NETWORKS};
 use perfmodel::estimate::{Dirs, Estimator, Method, DEFAULT_DEVICE};
 use perfmodel::Network;
@@ -91,20 +90,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let nets = nets.iter().map(Network::load).collect::<perfmodel::Result<Vec<Network>>>()?;
     eprintln!("running {} networks, {} interleaved rounds each", nets.len(), args.rounds);
-    // Rounds interleaved across the networks, so a slow spell of the machine does not land on one of them.
-    let executor = TractExecutor::new(profile.threads)?;
-    let half = if args.memory_only { 0 } else { args.reference_samples / 2 };
-    let mut ratios = if half > 0 { reference_ratios(&data, &profile, &executor, half, 1)? } else { Vec::new() };
-    let (rounds, warmup) = if args.memory_only { (1, 0) } else { (args.rounds as usize, args.warmup) };
-    let profiles = profile_networks(&nets, profile.threads, rounds, warmup).context("benchmarking")?;
-    if half > 0 {
-        ratios.extend(reference_ratios(&data, &profile, &executor, args.reference_samples - half, 2)?);
-    }
-    ratios.sort_by(f64::total_cmp);
-    let speed = ratios.get(ratios.len() / 2).copied().unwrap_or(1.0);
-    if half > 0 {
+    let (reference, rounds, warmup) =
+        if args.memory_only { (0, 1, 0) } else { (args.reference_samples, args.rounds as usize, args.warmup) };
+    let (profiles, measured_speed) = bench_with_speed_reference(&nets, &profile, &data, reference, rounds, warmup)?;
+    if let Some(speed) = measured_speed {
         eprintln!("machine speed now: stored layers re-measured at {speed:.2}x their collected time");
     }
+    let speed = measured_speed.unwrap_or(1.0);
     let mut points = Vec::with_capacity(nets.len());
     for (net, measured) in nets.iter().zip(&profiles) {
         let estimate = estimator.estimate(net)?;
@@ -129,7 +121,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.memory_only {
         calibration = calibration.memory_only();
     }
-    calibration.machine_speed_ratio = (half > 0).then_some(speed);
+    calibration.machine_speed_ratio = measured_speed;
     let path = calibration.save(&models)?;
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&calibration)?),

@@ -41,9 +41,32 @@ impl Observer for Notes {
     fn recorded(&mut self, _: &perfmodel::data::Sample) {}
 }
 
+/// Profile `nets` with rounds interleaved across them (so a slow spell of the machine does not land on one of
+/// them), between two re-measurements of `reference_samples` stored samples in all (half before, half after).
+/// Returns the profiles and the machine's speed of the moment: the median new/stored latency ratio of the
+/// reference samples, `None` when none was measured.
+pub(super) fn bench_with_speed_reference(
+    nets: &[Network],
+    device: &DeviceProfile,
+    data_dir: &std::path::Path,
+    reference_samples: usize,
+    rounds: usize,
+    warmup: usize,
+) -> anyhow::Result<(Vec<perfmodel::engine::NetworkProfile>, Option<f64>)> {
+    let executor = TractExecutor::new(device.threads)?;
+    let half = reference_samples / 2;
+    let mut ratios = if half > 0 { reference_ratios(data_dir, device, &executor, half, 1)? } else { Vec::new() };
+    let measured = profile_networks(nets, &executor, rounds, warmup).context("benchmarking")?;
+    if half > 0 {
+        ratios.extend(reference_ratios(data_dir, device, &executor, reference_samples - half, 2)?);
+    }
+    ratios.sort_by(f64::total_cmp);
+    Ok((measured, ratios.get(ratios.len() / 2).copied()))
+}
+
 /// Re-measure `count` stored samples (seeded) of the device's data and return their new/stored latency ratios:
 /// how fast the machine runs now compared with when the data was collected.
-pub(super) fn reference_ratios(
+fn reference_ratios(
     data_dir: &std::path::Path,
     device: &DeviceProfile,
     executor: &TractExecutor,
@@ -69,20 +92,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let estimator = args.estimator.open()?;
     let nets = args.nets.iter().map(Network::load).collect::<perfmodel::Result<Vec<Network>>>()?;
     let estimates = nets.iter().map(|n| estimator.estimate(n)).collect::<perfmodel::Result<Vec<_>>>()?;
-    let executor = TractExecutor::new(device.threads)?;
     let data_dir = args.estimator.data_dir.clone().unwrap_or_else(|| super::default_dir("data"));
-    let half = args.reference_samples / 2;
-    let mut ratios = if half > 0 { reference_ratios(&data_dir, &device, &executor, half, 1)? } else { Vec::new() };
-    // Rounds interleaved across the networks, so a slow spell of the machine does not land on one of them.
-    let measured = profile_networks(&nets, device.threads, args.rounds, args.warmup).context("benchmarking")?;
-    if half > 0 {
-        ratios.extend(reference_ratios(&data_dir, &device, &executor, args.reference_samples - half, 2)?);
-    }
+    let (measured, speed) =
+        bench_with_speed_reference(&nets, &device, &data_dir, args.reference_samples, args.rounds, args.warmup)?;
     let rows = estimates.iter().zip(&measured).map(|(e, m)| NetworkError::new(e, m)).collect();
     let mut v = Validation::new(estimator.device(), estimator.method().name(), rows);
-    if !ratios.is_empty() {
-        ratios.sort_by(f64::total_cmp);
-        v = v.with_machine_speed(ratios[ratios.len() / 2]);
+    if let Some(ratio) = speed {
+        v = v.with_machine_speed(ratio);
     }
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&v)?),

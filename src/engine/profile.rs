@@ -59,7 +59,7 @@ pub struct LayerProfile {
 /// Run `network` with tract: one run measuring memory, `warmup` untimed runs, then `rounds` timed runs and
 /// `rounds` instrumented runs.
 pub fn profile_network(network: &Network, threads: usize, rounds: usize, warmup: usize) -> Result<NetworkProfile> {
-    Ok(profile_networks(std::slice::from_ref(network), threads, rounds, warmup)?.remove(0))
+    Ok(profile_networks(std::slice::from_ref(network), &TractExecutor::new(threads)?, rounds, warmup)?.remove(0))
 }
 
 /// Profile several networks with their rounds interleaved (round 1 of every network, then round 2, ...), so a
@@ -67,24 +67,23 @@ pub fn profile_network(network: &Network, threads: usize, rounds: usize, warmup:
 /// network's time moves by ±20% over seconds. All networks are built first and stay in memory.
 pub fn profile_networks(
     networks: &[Network],
-    threads: usize,
+    executor: &TractExecutor,
     rounds: usize,
     warmup: usize,
 ) -> Result<Vec<NetworkProfile>> {
     if rounds == 0 {
         return Err(Error::Invalid("bench needs at least one round".into()));
     }
-    let executor = TractExecutor::new(threads)?;
     let mut benches = networks
         .iter()
-        .map(|n| NetworkBench::new(&executor, n, rounds, warmup))
+        .map(|n| NetworkBench::new(executor, n, rounds, warmup))
         .collect::<Result<Vec<NetworkBench>>>()?;
     for _ in 0..rounds {
         for bench in &mut benches {
             bench.round()?;
         }
     }
-    benches.into_iter().map(|b| b.finish(&executor)).collect()
+    benches.into_iter().map(|b| b.finish(executor)).collect()
 }
 
 /// One network being profiled: built, memory measured on its first run, warmed up; rounds accumulate.

@@ -41,6 +41,14 @@ pub struct Step {
     pub in_place: bool,
 }
 
+/// Tensor 0 is the network input, tensor 1 + i the output of layer i.
+fn tensor_of(s: &Source) -> usize {
+    match *s {
+        Source::Input => 0,
+        Source::Layer(j) => 1 + j,
+    }
+}
+
 /// Peak bytes in use over the executing steps. `sources[i]` are the inputs of layer `i` (as in
 /// [`crate::network::Analysis::sources`]), `steps[i]` its sizes, `input_bytes` the network input's size and
 /// `weight_bytes` the weights of all executing layers.
@@ -49,10 +57,6 @@ pub fn peak_bytes(sources: &[Vec<Source>], steps: &[Step], input_bytes: u64, wei
     // Tensor 0 is the network input, tensor 1 + i the output of layer i. `storage[t]` is the tensor that really
     // holds tensor t's data (itself unless t is the output of a layer that does not execute).
     let mut storage: Vec<usize> = (0..=n).collect();
-    let tensor_of = |s: &Source| match *s {
-        Source::Input => 0,
-        Source::Layer(j) => 1 + j,
-    };
     for i in 0..n {
         if !steps[i].executes {
             if let Some(first) = sources[i].first() {
@@ -116,10 +120,6 @@ pub fn peak_bytes(sources: &[Vec<Source>], steps: &[Step], input_bytes: u64, wei
 /// Step after which each stored tensor (index into `storage`'s targets) is last needed; tensors nobody reads are
 /// network outputs and live to the end. Consumers come after producers, so one pass in order.
 fn last_uses(sources: &[Vec<Source>], storage: &[usize], n: usize) -> Vec<usize> {
-    let tensor_of = |s: &Source| match *s {
-        Source::Input => 0,
-        Source::Layer(j) => 1 + j,
-    };
     let mut last_use: Vec<usize> = vec![0; n + 1];
     let mut consumed = vec![false; n + 1];
     for t in 1..=n {
