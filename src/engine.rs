@@ -9,9 +9,10 @@
 //! a rayon pool of that size and every run of its workloads happens inside `multithread_tract_scope`, so the
 //! device profile's `threads` is what the measurement uses (and other executors in the process are unaffected).
 
+pub mod packing;
 mod profile;
 
-pub use profile::{profile_network, profile_networks, LayerProfile, NetworkProfile, TotalProfile};
+pub use profile::{profile_network, profile_networks, LayerProfile, NetworkProfile, NodeMemory, TotalProfile};
 
 use crate::error::{Error, Result};
 use crate::layer::LayerConfig;

@@ -75,3 +75,39 @@ fn bench_refuses_a_network_larger_than_memory() {
     assert!(err.contains("giant") && err.contains("GiB") && err.contains("available"), "{err}");
     assert!(!err.contains("panicked") && !err.contains("memory allocation"), "{err}");
 }
+
+/// The built model holds the weights as tract packs them for this machine's kernels (what the memory models
+/// count, `engine::packing`), the input and a small plan, and the node trace accounts for the run's peak.
+#[test]
+fn resident_memory_is_the_packed_weights_and_the_trace_finds_the_peak() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = r#"{"name": "fc", "batch_size": 1, "input_shape": [4000],
+      "layers": [{"name": "fc", "type": "dense", "units": 129, "use_bias": false}]}"#;
+    std::fs::write(dir.path().join("fc.json"), net).unwrap();
+    let args = ["bench", "fc.json", "--rounds", "1", "--warmup", "0", "--format", "json", "--memory-trace", "t.csv"];
+    let out = perfmodel(dir.path(), &args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    const MIB: f64 = 1024.0 * 1024.0;
+    let config = perfmodel::LayerConfig::new(
+        perfmodel::layer::Op::Dense(perfmodel::layer::Dense {
+            units: 129,
+            use_bias: false,
+            activation: perfmodel::layer::Activation::Linear,
+        }),
+        vec![vec![4000]],
+        1,
+    );
+    let packed = perfmodel::engine::packing::tract_weight_bytes(&config).unwrap() as f64 / MIB;
+    let input = 4000.0 * 4.0 / MIB;
+    let resident = json["total"]["resident_memory_mib"].as_f64().unwrap();
+    let plan = resident - input - packed;
+    assert!((0.0..0.1).contains(&plan), "resident {resident} MiB, packed weights {packed} MiB, input {input} MiB");
+    let peak = json["total"]["peak_memory_mib"].as_f64().unwrap();
+    assert_eq!(json["layers"][0]["peak_memory_mib"].as_f64(), Some(peak), "{json}");
+    let trace = std::fs::read_to_string(dir.path().join("t.csv")).unwrap();
+    assert!(trace.starts_with("node,op,layer,before_mib,peak_mib,after_mib\n"), "{trace}");
+    let highest =
+        trace.lines().skip(1).map(|l| l.split(',').nth(4).unwrap().parse::<f64>().unwrap()).fold(0.0, f64::max);
+    assert!((highest - peak).abs() < 1e-9, "trace peak {highest}, bench peak {peak}\n{trace}");
+}

@@ -25,6 +25,10 @@ pub struct Args {
     /// Output format: a table, or JSON with keys network, total {latency_ms, peak_memory_mib}, layers
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
+    /// Also write the heap around every engine node of the first run to this CSV (node, op, layer, before_mib,
+    /// peak_mib, after_mib): which node holds the network's peak memory
+    #[arg(long, value_name = "FILE.csv")]
+    memory_trace: Option<PathBuf>,
 }
 
 use super::TableOrJson as Format;
@@ -34,6 +38,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let device = DeviceProfile::load(&super::default_dir("collectors"), &args.device)?;
     let profile = profile_network(&net, device.threads, args.rounds as usize, args.warmup)
         .with_context(|| format!("benchmarking {}", args.net.display()))?;
+    if let Some(path) = &args.memory_trace {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        for node in &profile.node_memory {
+            w.serialize(node)?;
+        }
+        let bytes = w.into_inner().context("writing the memory trace")?;
+        perfmodel::error::write_atomic(path, &bytes)
+            .with_context(|| format!("writing the memory trace to {}", path.display()))?;
+    }
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&profile)?),
         Format::Table => {
@@ -48,10 +61,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 profile.warmup
             );
             let width = profile.layers.iter().map(|l| l.name.len()).max().unwrap_or(5).max(14);
-            println!("{:<width$}  {:>12}  {:>7}", "layer", "latency_ms", "share");
+            println!("{:<width$}  {:>12}  {:>7}  {:>13}", "layer", "latency_ms", "share", "peak_heap_MiB");
             let share = |ms: f64| 100.0 * ms / profile.total.latency_ms;
             for l in &profile.layers {
-                println!("{:<width$}  {:>12.4}  {:>6.1}%", l.name, l.latency_ms, share(l.latency_ms));
+                let peak = l.peak_memory_mib.map_or("-".to_string(), |m| format!("{m:.3}"));
+                println!("{:<width$}  {:>12.4}  {:>6.1}%  {:>13}", l.name, l.latency_ms, share(l.latency_ms), peak);
             }
             println!(
                 "{:<width$}  {:>12.4}  {:>6.1}%",
@@ -67,6 +81,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "peak memory: {:.2} MiB ({}); planned {:.2} MiB",
                 profile.total.peak_memory_mib, profile.total.memory_source, profile.total.planned_memory_mib
             );
+            if let Some(resident) = profile.total.resident_memory_mib {
+                println!("held by the built model before running (weights as packed, plan, input): {resident:.2} MiB");
+            }
         }
     }
     Ok(())

@@ -97,11 +97,15 @@ fn options(args: &Args) -> Result<TrainOptions, Error> {
         learning_curve: args.learning_curve,
         methods: args.methods.clone(),
         jobs: args.jobs,
+        engine_weights: false,
     })
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let options = options(&args)?;
+    let mut options = options(&args)?;
+    // Data measured with tract on this very machine: memory models can count weights as tract packs them here.
+    options.engine_weights = perfmodel::collect::profile::DeviceProfile::load(&default_dir("collectors"), &args.device)
+        .is_ok_and(|p| p.host && p.executor == "tract");
     let data_dir = args.data_dir.clone().unwrap_or_else(|| default_dir("data"));
     let models_dir = args.models_dir.clone().unwrap_or_else(|| default_dir("models"));
     let bar = ProgressBar::new(0);

@@ -18,6 +18,10 @@ pub struct DeviceProfile {
     pub name: String,
     pub description: String,
     pub executor: String,
+    /// This profile is the machine perfmodel runs on (its data was measured here): estimates may ask this
+    /// machine's engine how it lays out weights (see `engine::packing`).
+    #[serde(default)]
+    pub host: bool,
     pub threads: usize,
     /// Ascending after loading; every config is measured at each of them.
     pub batch_sizes: Vec<usize>,

@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::time::Instant;
 
+const MIB: f64 = 1024.0 * 1024.0;
+
 /// Result of [`profile_network`]; serialised as `perfmodel bench --format json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NetworkProfile {
@@ -31,6 +33,10 @@ pub struct NetworkProfile {
     pub layers: Vec<LayerProfile>,
     /// Median time of engine nodes that belong to no layer.
     pub unattributed_ms: f64,
+    /// The heap around every engine node of the first run, in plan order (empty without the counting
+    /// allocator); not part of the JSON, written by `perfmodel bench --memory-trace`.
+    #[serde(skip)]
+    pub node_memory: Vec<NodeMemory>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -46,6 +52,10 @@ pub struct TotalProfile {
     pub memory_source: String,
     /// f32 weights plus the peak of live activation tensors in tract's plan (no scratch buffers).
     pub planned_memory_mib: f64,
+    /// Heap the built model holds before it runs (plan, packed weights, input), above the heap before building;
+    /// null without the counting allocator.
+    #[serde(default)]
+    pub resident_memory_mib: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -54,6 +64,10 @@ pub struct LayerProfile {
     /// Median over rounds of the time of the engine nodes attributed to this layer (0 when tract folded the
     /// layer away entirely, e.g. dropout).
     pub latency_ms: f64,
+    /// Highest heap while this layer's engine nodes ran (first run), above the heap before building the model;
+    /// null without the counting allocator or when tract folded the layer away.
+    #[serde(default)]
+    pub peak_memory_mib: Option<f64>,
 }
 
 /// Run `network` with tract: one run measuring memory, `warmup` untimed runs, then `rounds` timed runs and
@@ -93,6 +107,11 @@ struct NetworkBench<'a> {
     workload: TractWorkload,
     attribution: Attribution,
     measured_bytes: Option<u64>,
+    /// Heap held after building, before the first run (plan, packed weights, input), above the pre-build heap.
+    resident_bytes: Option<u64>,
+    /// Highest heap while each layer's nodes ran in the first run, above the pre-build heap.
+    layer_peak: Vec<Option<u64>>,
+    node_memory: Vec<NodeMemory>,
     totals: Vec<f64>,
     per_layer: Vec<Vec<f64>>,
     unattributed: Vec<f64>,
@@ -105,10 +124,35 @@ impl<'a> NetworkBench<'a> {
         let mut workload = executor.network_workload(network)?;
         // Building allocates transiently; the network needs what stays (plan, packed weights, input) plus what a
         // run adds (activations, scratch).
-        alloc::reset_peak();
-        workload.run_outputs()?;
-        let measured_bytes = alloc::is_installed().then(|| alloc::peak_bytes().saturating_sub(baseline) as u64);
+        let resident = alloc::current_bytes();
+        let trace = workload.run_memory_traced()?;
+        let installed = alloc::is_installed();
+        let measured_bytes = installed.then(|| trace.peak.saturating_sub(baseline) as u64);
         let attribution = Attribution::new(&workload, network);
+        let mut layer_peak = vec![None; network.layers.len()];
+        let mut node_memory = Vec::new();
+        if installed {
+            let model = workload.state.model();
+            let mib = |b: usize| b.saturating_sub(baseline) as f64 / MIB;
+            for &(node, before, peak, after) in &trace.steps {
+                let layer = attribution.layer_of_node[node];
+                let n = model.node(node);
+                node_memory.push(NodeMemory {
+                    node: n.name.clone(),
+                    op: n.op().name().to_string(),
+                    layer: layer.map(|l| network.layers[l].name.clone()),
+                    before_mib: mib(before),
+                    peak_mib: mib(peak),
+                    after_mib: mib(after),
+                });
+                if let Some(layer) = layer {
+                    let bytes = peak.saturating_sub(baseline) as u64;
+                    let slot: &mut Option<u64> = &mut layer_peak[layer];
+                    *slot = Some(slot.map_or(bytes, |b| b.max(bytes)));
+                }
+            }
+        }
+        let resident_bytes = installed.then(|| resident.saturating_sub(baseline) as u64);
         for _ in 0..warmup {
             workload.run_outputs()?;
         }
@@ -118,6 +162,9 @@ impl<'a> NetworkBench<'a> {
             workload,
             attribution,
             measured_bytes,
+            resident_bytes,
+            layer_peak,
+            node_memory,
             totals: Vec::with_capacity(rounds),
             per_layer: vec![Vec::with_capacity(rounds); network.layers.len()],
             unattributed: Vec::with_capacity(rounds),
@@ -150,7 +197,6 @@ impl<'a> NetworkBench<'a> {
         let network = self.network;
         let weight_bytes: u64 = network.analyze()?.costs.iter().map(|c| c.weight_elems * 4).sum();
         let planned_bytes = weight_bytes + self.workload.planned_activation_peak_bytes()?;
-        const MIB: f64 = 1024.0 * 1024.0;
         let totals = &mut self.totals;
         Ok(NetworkProfile {
             network: network.name.clone(),
@@ -170,14 +216,21 @@ impl<'a> NetworkBench<'a> {
                     "planned (no counting allocator in this process)".into()
                 },
                 planned_memory_mib: planned_bytes as f64 / MIB,
+                resident_memory_mib: self.resident_bytes.map(|b| b as f64 / MIB),
             },
             layers: network
                 .layers
                 .iter()
                 .zip(self.per_layer.iter_mut())
-                .map(|(l, samples)| LayerProfile { name: l.name.clone(), latency_ms: median(samples) })
+                .zip(&self.layer_peak)
+                .map(|((l, samples), peak)| LayerProfile {
+                    name: l.name.clone(),
+                    latency_ms: median(samples),
+                    peak_memory_mib: peak.map(|b| b as f64 / MIB),
+                })
                 .collect(),
             unattributed_ms: median(&mut self.unattributed),
+            node_memory: std::mem::take(&mut self.node_memory),
         })
     }
 }
@@ -220,6 +273,29 @@ fn median(values: &mut [f64]) -> f64 {
         _ if n % 2 == 1 => values[n / 2],
         _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
     }
+}
+
+/// Heap around every node one run evaluated, in order: (node id, live bytes before, highest while it ran, live
+/// bytes after), and the run's peak.
+struct MemoryTrace {
+    steps: Vec<(usize, usize, usize, usize)>,
+    peak: usize,
+}
+
+/// The heap around one engine node of the first run (`perfmodel bench --memory-trace`), in MiB above the heap
+/// before the model was built: where a network's peak comes from, node by node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeMemory {
+    /// tract's node name and operator.
+    pub node: String,
+    pub op: String,
+    /// The network layer the node is attributed to, if any.
+    pub layer: Option<String>,
+    /// Live heap before the node ran, the highest while it ran, and live heap when it returned (before tract
+    /// freed the inputs nothing else needs).
+    pub before_mib: f64,
+    pub peak_mib: f64,
+    pub after_mib: f64,
 }
 
 /// For every node of the optimised plan, the index of the network layer it belongs to.
@@ -272,6 +348,30 @@ fn owning_node<'a>(owners: &HashMap<String, String>, tract_name: &'a str) -> Opt
 }
 
 impl TractWorkload {
+    /// Run once through tract's per-node evaluation hook, recording the heap (counting allocator) around every
+    /// node: live bytes before it, the highest while it ran, and live bytes after it (before tract frees the
+    /// inputs it no longer needs).
+    fn run_memory_traced(&mut self) -> Result<MemoryTrace> {
+        let mut steps = Vec::with_capacity(self.state.model().nodes().len());
+        alloc::reset_peak();
+        let mut peak = 0usize;
+        let (state, inputs) = (&mut self.state, self.inputs.clone());
+        tract_linalg::multithread::multithread_tract_scope(self.pool.clone(), || {
+            state.run_plan_with_eval(inputs, |ctx, op_state, node, inputs| {
+                peak = peak.max(alloc::peak_bytes());
+                let before = alloc::reset_peak();
+                let outputs = tract_onnx::tract_core::plan::eval(ctx, op_state, node, inputs);
+                let node_peak = alloc::peak_bytes();
+                peak = peak.max(node_peak);
+                steps.push((node.id, before, node_peak, alloc::current_bytes()));
+                outputs
+            })
+        })
+        .map_err(|e| Error::Executor(format!("inference failed: {e:#}")))?;
+        peak = peak.max(alloc::peak_bytes());
+        Ok(MemoryTrace { steps, peak })
+    }
+
     /// Run once through tract's per-node evaluation hook; milliseconds spent in each node (by node id).
     fn run_timed_nodes(&mut self) -> Result<Vec<f64>> {
         let mut node_ms = vec![0.0; self.state.model().nodes().len()];

@@ -83,10 +83,12 @@ impl Method {
                 let Some(latency) = store.predictor(layer_type, Metric::Latency) else { return Ok(None) };
                 let features = config.features()?;
                 let other = |metric| store.predictor(layer_type, metric).map(|p| p.predict(&features));
+                let memory = store.predictor(layer_type, Metric::Memory);
                 Ok(Some(Prediction {
                     latency_ms: latency.predict(&features),
                     power_w: other(Metric::Power),
-                    memory_mib: other(Metric::Memory),
+                    memory_mib: memory.map(|p| p.predict(&features)),
+                    weight_bytes: memory.and_then(|p| p.known_part()).and_then(|k| k.resident_weight_bytes(&features)),
                     predictor: latency.method().to_string(),
                 }))
             }
@@ -94,6 +96,7 @@ impl Method {
                 latency_ms: roofline.latency_ms(cost),
                 power_w: None,
                 memory_mib: None,
+                weight_bytes: None,
                 predictor: "paleo".to_string(),
             })),
             Method::Paleo(_) => Ok(None),
@@ -103,6 +106,7 @@ impl Method {
                     latency_ms: m.latency_ms,
                     power_w: m.power_w,
                     memory_mib: m.workspace_mib.map(|w| w + footprint_mib(cost)),
+                    weight_bytes: None,
                     predictor: format!("template:{}", m.key),
                 }))
             }
@@ -122,6 +126,9 @@ struct Prediction {
     power_w: Option<f64>,
     /// The layer's whole memory while it runs, as the collector measures it (inputs, output, weights, scratch).
     memory_mib: Option<f64>,
+    /// Bytes the engine keeps for the layer's weights when the memory model knows them (tract's packed
+    /// weights on this machine), else `None`: the f32 weights count.
+    weight_bytes: Option<u64>,
     predictor: String,
 }
 
@@ -289,7 +296,7 @@ impl Estimator {
             let layer_type = layer.op.layer_type();
             let cost = &analysis.costs[i];
             let io_bytes = (cost.input_elems + cost.output_elems) * BYTES_PER_ELEMENT;
-            let weight_bytes = cost.weight_elems * BYTES_PER_ELEMENT;
+            let mut weight_bytes = cost.weight_elems * BYTES_PER_ELEMENT;
             let mut row = LayerEstimate {
                 name: layer.name.clone(),
                 layer_type,
@@ -315,6 +322,9 @@ impl Estimator {
                 let prediction = self.method.predict(&config, cost).map_err(|e| layer_error(net, i, e))?;
                 match prediction {
                     Some(p) => {
+                        if let Some(bytes) = p.weight_bytes {
+                            weight_bytes = bytes;
+                        }
                         row.latency_ms = Some(p.latency_ms);
                         row.power_w = p.power_w;
                         row.predictor = p.predictor;

@@ -232,6 +232,45 @@ pub struct KnownPart {
     pub features: Vec<u16>,
     /// Multiplier of the sum.
     pub scale: f64,
+    /// When set, the weights count as the engine holds them (packed for its kernels) instead of as f32.
+    #[serde(default)]
+    pub engine_weights: Option<EngineWeights>,
+}
+
+/// Weights as tract packs them for this machine's kernels ([`crate::engine::packing`]), replacing the f32
+/// `weight_elems` term of a [`KnownPart`]. The packing depends on the instruction set tract dispatches on, so
+/// it is recorded: on a machine with another one, the f32 weights are used instead (see [`Self::applies`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EngineWeights {
+    /// tract's kernel instruction set where the models were trained (`tract_linalg::isa::native()`).
+    pub isa: String,
+    /// Index of `weight_elems`, the term replaced.
+    pub weight_feature: u16,
+    /// The feature indices the packed size is computed from, in [`crate::engine::packing::PackedShape`] order.
+    pub shape: crate::engine::packing::PackedShape,
+}
+
+impl EngineWeights {
+    /// For a dense or conv2d layer; `None` for other types (their weights stay plain f32 in tract).
+    pub fn for_layer(layer_type: crate::LayerType, feature_names: &[String]) -> Option<EngineWeights> {
+        let weight_feature =
+            feature_names.iter().position(|f| f == "weight_elems").and_then(|i| u16::try_from(i).ok())?;
+        Some(EngineWeights {
+            isa: crate::engine::packing::host_isa(),
+            weight_feature,
+            shape: crate::engine::packing::PackedShape::for_layer(layer_type, feature_names)?,
+        })
+    }
+
+    /// Whether the packing computed here is the one the models were trained with.
+    pub fn applies(&self) -> bool {
+        self.isa == crate::engine::packing::host_isa()
+    }
+
+    /// Bytes tract holds for the layer's weights and bias, from its features.
+    pub fn bytes(&self, x: &[f64]) -> Option<u64> {
+        self.shape.packed_bytes(x)
+    }
 }
 
 /// Bytes per MiB.
@@ -245,11 +284,34 @@ impl KnownPart {
             .iter()
             .map(|name| feature_names.iter().position(|f| f == name).and_then(|i| u16::try_from(i).ok()))
             .collect::<Option<Vec<u16>>>()?;
-        Some(KnownPart { features, scale: 4.0 / MIB })
+        Some(KnownPart { features, scale: 4.0 / MIB, engine_weights: None })
+    }
+
+    /// Count the weights as tract packs them on this machine (dense and conv2d; no change for other types).
+    pub fn with_engine_weights(mut self, layer_type: crate::LayerType, feature_names: &[String]) -> KnownPart {
+        self.engine_weights = EngineWeights::for_layer(layer_type, feature_names);
+        self
     }
 
     pub fn value(&self, x: &[f64]) -> f64 {
-        self.scale * self.features.iter().map(|&f| x.get(f as usize).copied().unwrap_or(0.0)).sum::<f64>()
+        let feature = |f: u16| x.get(f as usize).copied().unwrap_or(0.0);
+        if let Some((replaced, bytes)) = self.engine_weight_bytes(x) {
+            let rest: f64 = self.features.iter().filter(|&&f| f != replaced).map(|&f| feature(f)).sum();
+            return self.scale * rest + bytes as f64 / MIB;
+        }
+        self.scale * self.features.iter().map(|&f| feature(f)).sum::<f64>()
+    }
+
+    /// The replaced feature and the bytes the engine holds for the weights, when engine weights apply here.
+    fn engine_weight_bytes(&self, x: &[f64]) -> Option<(u16, u64)> {
+        let engine = self.engine_weights.as_ref().filter(|e| e.applies())?;
+        Some((engine.weight_feature, engine.bytes(x)?))
+    }
+
+    /// Bytes the engine keeps resident for the layer's weights, when this part knows them (engine weights that
+    /// apply on this machine); `None` means: count the f32 weights.
+    pub fn resident_weight_bytes(&self, x: &[f64]) -> Option<u64> {
+        self.engine_weight_bytes(x).map(|(_, bytes)| bytes)
     }
 }
 

@@ -35,6 +35,9 @@ pub struct TrainOptions {
     pub methods: Vec<String>,
     /// Threads for cross-validation (0 = one per core); results do not depend on it.
     pub jobs: usize,
+    /// Memory models count dense and conv2d weights as tract packs them on this machine (the device's data was
+    /// measured here with tract: a `host` profile), instead of as f32.
+    pub engine_weights: bool,
 }
 
 impl Default for TrainOptions {
@@ -49,6 +52,7 @@ impl Default for TrainOptions {
             learning_curve: false,
             methods: vec![],
             jobs: 0,
+            engine_weights: false,
         }
     }
 }
@@ -342,7 +346,7 @@ pub fn train_device(
                 });
             } else {
                 let label = format!("{layer_type}/{metric}");
-                let candidates = candidates_for(&candidates, layer_type, metric);
+                let candidates = candidates_for(&candidates, layer_type, metric, options.engine_weights);
                 let mut result = train_triplet(layer_type, metric, &dataset, &candidates, options, |what| {
                     progress(done, total, &format!("{label}: {what}"))
                 })?;
@@ -375,10 +379,23 @@ pub fn train_device(
 }
 
 /// The candidates of one triplet: memory models learn only what the layer needs beyond its f32 inputs, weights
-/// and outputs (see [`KnownPart`]); latency and power have no such known part.
-pub fn candidates_for(candidates: &[Candidate], layer_type: LayerType, metric: Metric) -> Vec<Candidate> {
+/// and outputs (see [`KnownPart`]), with the weights as tract packs them here when `engine_weights`; latency
+/// and power have no such known part.
+pub fn candidates_for(
+    candidates: &[Candidate],
+    layer_type: LayerType,
+    metric: Metric,
+    engine_weights: bool,
+) -> Vec<Candidate> {
+    let names = layer_type.feature_names();
     let known = match metric {
-        Metric::Memory => KnownPart::tensor_mib(&layer_type.feature_names()),
+        Metric::Memory => KnownPart::tensor_mib(&names).map(|k| {
+            if engine_weights {
+                k.with_engine_weights(layer_type, &names)
+            } else {
+                k
+            }
+        }),
         Metric::Latency | Metric::Power => None,
     };
     candidates.iter().map(|c| c.clone().with_known_part(known.clone())).collect()
