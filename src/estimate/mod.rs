@@ -376,11 +376,13 @@ impl Estimator {
                 all_weight_bytes += weight_bytes;
             }
             let in_place = executes && computes_in_place(&layer.op);
+            let packs_input = executes && copies_input_when_packing(&layer.op);
             steps.push(Step {
                 output_bytes: cost.output_elems * BYTES_PER_ELEMENT,
                 workspace_bytes,
                 executes,
                 in_place,
+                packs_input,
             });
             layers.push(row);
         }
@@ -502,6 +504,15 @@ fn computes_in_place(op: &Op) -> bool {
     match op {
         Op::Activation(a) => *a != Activation::Softmax,
         Op::BatchNorm | Op::Add | Op::Multiply => true,
+        _ => false,
+    }
+}
+
+/// Convolutions tract lowers to a matrix product over an explicit packed copy of the input (`pack_a` of a 1×1
+/// convolution turned einsum, `Im2col` of a grouped one); other convolutions gather lazily from the input.
+fn copies_input_when_packing(op: &Op) -> bool {
+    match op {
+        Op::Conv2d(c) => c.kernel == [1, 1] || c.groups > 1,
         _ => false,
     }
 }
