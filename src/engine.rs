@@ -71,7 +71,34 @@ impl TractExecutor {
                 .map_err(|e| Error::Executor(format!("cannot start {threads} tract threads: {e}")))?;
             Pool::MultiThread(std::sync::Arc::new(pool))
         };
-        Ok(TractExecutor { threads, pool })
+        let executor = TractExecutor { threads, pool };
+        executor.initialise_engine_globals()?;
+        Ok(executor)
+    }
+
+    /// tract builds process-wide tables (kernel dispatch, operator registries) on first use and keeps them. Run
+    /// a tiny network once per process so that no measurement pays for them: otherwise the first network or
+    /// layer measured in a process looks tens of KiB larger than the same one measured later.
+    fn initialise_engine_globals(&self) -> Result<()> {
+        static DONE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+        if DONE.get().is_some() {
+            return Ok(());
+        }
+        use crate::layer::{Activation, Conv2d, Dense, Op as L, Pool2d};
+        let mut net = Network::new("engine-warm-up", vec![3, 16, 16]);
+        net.layers = vec![
+            crate::network::Layer::new("conv", L::Conv2d(Conv2d::new(8, [3, 3]))),
+            crate::network::Layer::new("pointwise", L::Conv2d(Conv2d::new(8, [1, 1]))),
+            crate::network::Layer::new("pool", L::MaxPool2d(Pool2d::new([2, 2]))),
+            crate::network::Layer::new("flatten", L::Flatten),
+            crate::network::Layer::new(
+                "dense",
+                L::Dense(Dense { units: 10, use_bias: true, activation: Activation::Softmax }),
+            ),
+        ];
+        self.network_workload(&net)?.run_outputs()?;
+        let _ = DONE.set(());
+        Ok(())
     }
 
     pub fn threads(&self) -> usize {

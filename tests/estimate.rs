@@ -347,6 +347,16 @@ fn validate_and_outliers_benchmark_the_network_for_real() {
     assert!(n["measured_peak_memory_mib"].as_f64().unwrap() > 0.0);
     // No collected data for this device: no machine-speed reference, said on stderr, not an error.
     assert!(v["machine_speed_ratio"].is_null(), "{v}");
+    // Each network's memory is measured as in a fresh process: a bigger network run first in the same process
+    // (growing tract's per-thread scratch) does not make the tiny one look smaller than `bench` alone finds it.
+    std::fs::write(dir.path().join("big.json"), RESIDUAL.replace("[2, 8, 8]", "[2, 64, 64]")).unwrap();
+    let mut args = vec!["validate", "big.json", "net.json", "--device", "dev", "--rounds", "1", "--format", "json"];
+    args.extend(DIRS);
+    let both = json_of(&perfmodel(dir.path(), &args));
+    let bench =
+        json_of(&perfmodel(dir.path(), &["bench", "net.json", "--rounds", "1", "--device", "dev", "--format", "json"]));
+    assert_eq!(both["networks"][1]["network"], "tiny");
+    assert_eq!(both["networks"][1]["measured_peak_memory_mib"], bench["total"]["peak_memory_mib"], "{both}\n{bench}");
 
     let mut args = vec!["outliers", "net.json", "--device", "dev", "--rounds", "2", "--format", "json"];
     args.extend(DIRS);

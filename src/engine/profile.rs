@@ -100,18 +100,65 @@ pub fn profile_networks(
     benches.into_iter().map(|b| b.finish(executor)).collect()
 }
 
-/// One network being profiled: built, memory measured on its first run, warmed up; rounds accumulate.
-struct NetworkBench<'a> {
-    network: &'a Network,
-    warmup: usize,
-    workload: TractWorkload,
-    attribution: Attribution,
+/// The heap a network needs, from the counting allocator (all `None`/empty without it).
+struct MemoryMeasurement {
+    /// Peak heap of the first run, above the heap before building.
     measured_bytes: Option<u64>,
     /// Heap held after building, before the first run (plan, packed weights, input), above the pre-build heap.
     resident_bytes: Option<u64>,
     /// Highest heap while each layer's nodes ran in the first run, above the pre-build heap.
     layer_peak: Vec<Option<u64>>,
     node_memory: Vec<NodeMemory>,
+}
+
+/// Build `network` on this thread and trace the heap through its first run.
+fn measure_memory(executor: &TractExecutor, network: &Network) -> Result<MemoryMeasurement> {
+    let baseline = alloc::current_bytes();
+    let mut workload = executor.network_workload(network)?;
+    // Building allocates transiently; the network needs what stays (plan, packed weights, input) plus what a
+    // run adds (activations, scratch).
+    let resident = alloc::current_bytes();
+    let trace = workload.run_memory_traced()?;
+    let installed = alloc::is_installed();
+    let attribution = Attribution::new(&workload, network);
+    let mut layer_peak = vec![None; network.layers.len()];
+    let mut node_memory = Vec::new();
+    if installed {
+        let model = workload.state.model();
+        let mib = |b: usize| b.saturating_sub(baseline) as f64 / MIB;
+        for &(node, before, peak, after) in &trace.steps {
+            let layer = attribution.layer_of_node[node];
+            let n = model.node(node);
+            node_memory.push(NodeMemory {
+                node: n.name.clone(),
+                op: n.op().name().to_string(),
+                layer: layer.map(|l| network.layers[l].name.clone()),
+                before_mib: mib(before),
+                peak_mib: mib(peak),
+                after_mib: mib(after),
+            });
+            if let Some(layer) = layer {
+                let bytes = peak.saturating_sub(baseline) as u64;
+                let slot: &mut Option<u64> = &mut layer_peak[layer];
+                *slot = Some(slot.map_or(bytes, |b| b.max(bytes)));
+            }
+        }
+    }
+    Ok(MemoryMeasurement {
+        measured_bytes: installed.then(|| trace.peak.saturating_sub(baseline) as u64),
+        resident_bytes: installed.then(|| resident.saturating_sub(baseline) as u64),
+        layer_peak,
+        node_memory,
+    })
+}
+
+/// One network being profiled: memory measured on a fresh thread, built, warmed up; rounds accumulate.
+struct NetworkBench<'a> {
+    network: &'a Network,
+    warmup: usize,
+    workload: TractWorkload,
+    attribution: Attribution,
+    memory: MemoryMeasurement,
     totals: Vec<f64>,
     per_layer: Vec<Vec<f64>>,
     unattributed: Vec<f64>,
@@ -120,40 +167,14 @@ struct NetworkBench<'a> {
 impl<'a> NetworkBench<'a> {
     fn new(executor: &TractExecutor, network: &'a Network, rounds: usize, warmup: usize) -> Result<NetworkBench<'a>> {
         check_fits_in_memory(network, available_memory_bytes())?;
-        let baseline = alloc::current_bytes();
+        // tract keeps per-thread scratch (matmul tiles, element-wise buffers) that only grows: a network measured
+        // on a thread where others already ran would not pay for its own. Each network's memory is measured on
+        // a fresh thread, as a fresh deployment sees it; the timed workload is built again here.
+        let memory = std::thread::scope(|scope| scope.spawn(|| measure_memory(executor, network)).join())
+            .map_err(|_| Error::Executor(format!("network '{}': the memory measurement panicked", network.name)))??;
         let mut workload = executor.network_workload(network)?;
-        // Building allocates transiently; the network needs what stays (plan, packed weights, input) plus what a
-        // run adds (activations, scratch).
-        let resident = alloc::current_bytes();
-        let trace = workload.run_memory_traced()?;
-        let installed = alloc::is_installed();
-        let measured_bytes = installed.then(|| trace.peak.saturating_sub(baseline) as u64);
         let attribution = Attribution::new(&workload, network);
-        let mut layer_peak = vec![None; network.layers.len()];
-        let mut node_memory = Vec::new();
-        if installed {
-            let model = workload.state.model();
-            let mib = |b: usize| b.saturating_sub(baseline) as f64 / MIB;
-            for &(node, before, peak, after) in &trace.steps {
-                let layer = attribution.layer_of_node[node];
-                let n = model.node(node);
-                node_memory.push(NodeMemory {
-                    node: n.name.clone(),
-                    op: n.op().name().to_string(),
-                    layer: layer.map(|l| network.layers[l].name.clone()),
-                    before_mib: mib(before),
-                    peak_mib: mib(peak),
-                    after_mib: mib(after),
-                });
-                if let Some(layer) = layer {
-                    let bytes = peak.saturating_sub(baseline) as u64;
-                    let slot: &mut Option<u64> = &mut layer_peak[layer];
-                    *slot = Some(slot.map_or(bytes, |b| b.max(bytes)));
-                }
-            }
-        }
-        let resident_bytes = installed.then(|| resident.saturating_sub(baseline) as u64);
-        for _ in 0..warmup {
+        for _ in 0..=warmup {
             workload.run_outputs()?;
         }
         Ok(NetworkBench {
@@ -161,10 +182,7 @@ impl<'a> NetworkBench<'a> {
             warmup,
             workload,
             attribution,
-            measured_bytes,
-            resident_bytes,
-            layer_peak,
-            node_memory,
+            memory,
             totals: Vec::with_capacity(rounds),
             per_layer: vec![Vec::with_capacity(rounds); network.layers.len()],
             unattributed: Vec::with_capacity(rounds),
@@ -209,20 +227,20 @@ impl<'a> NetworkBench<'a> {
                 latency_ms: median(totals),
                 latency_min_ms: totals.iter().copied().fold(f64::INFINITY, f64::min),
                 latency_max_ms: totals.iter().copied().fold(0.0, f64::max),
-                peak_memory_mib: self.measured_bytes.unwrap_or(planned_bytes) as f64 / MIB,
-                memory_source: if self.measured_bytes.is_some() {
+                peak_memory_mib: self.memory.measured_bytes.unwrap_or(planned_bytes) as f64 / MIB,
+                memory_source: if self.memory.measured_bytes.is_some() {
                     "measured: peak heap during the first run, above the heap before building the model".into()
                 } else {
                     "planned (no counting allocator in this process)".into()
                 },
                 planned_memory_mib: planned_bytes as f64 / MIB,
-                resident_memory_mib: self.resident_bytes.map(|b| b as f64 / MIB),
+                resident_memory_mib: self.memory.resident_bytes.map(|b| b as f64 / MIB),
             },
             layers: network
                 .layers
                 .iter()
                 .zip(self.per_layer.iter_mut())
-                .zip(&self.layer_peak)
+                .zip(&self.memory.layer_peak)
                 .map(|((l, samples), peak)| LayerProfile {
                     name: l.name.clone(),
                     latency_ms: median(samples),
@@ -230,7 +248,7 @@ impl<'a> NetworkBench<'a> {
                 })
                 .collect(),
             unattributed_ms: median(&mut self.unattributed),
-            node_memory: std::mem::take(&mut self.node_memory),
+            node_memory: std::mem::take(&mut self.memory.node_memory),
         })
     }
 }
