@@ -54,11 +54,14 @@ pub struct AugmentBudget {
     pub dense: usize,
     /// Found convolutions split into groups (ResNeXt/ShuffleNet-style group convolutions).
     pub grouped: usize,
+    /// Found spatial convolutions (kernel > 1, stride 1) on an input with another channel count, and other
+    /// filters.
+    pub channels: usize,
 }
 
 impl Default for AugmentBudget {
     fn default() -> Self {
-        AugmentBudget { depthwise: 150, dilated: 80, filters: 200, dense: 250, grouped: 150 }
+        AugmentBudget { depthwise: 150, dilated: 80, filters: 200, dense: 250, grouped: 150, channels: 100 }
     }
 }
 
@@ -101,6 +104,8 @@ const DENSE_FEATURES: (f64, f64) = (16.0, 25_000.0);
 const DENSE_UNITS: (f64, f64) = (8.0, 5_000.0);
 /// Range of new filter counts (log-uniform, rounded to a multiple of 8).
 const NEW_FILTERS: (f64, f64) = (8.0, 2_048.0);
+/// Range of the input channel counts of channel variants (log-uniform, multiples of 8).
+const NEW_CHANNELS: (f64, f64) = (16.0, 768.0);
 
 /// The networks sampling reads: every `*.json` directly in `zoo_dir` (not its `holdout/` subdirectory), sorted
 /// by file name. Config sets written by the sampler into the same directory are skipped.
@@ -349,6 +354,29 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
         grouped.groups = fitting[rng.random_range(0..fitting.len())];
         added += pool.augmented(LayerConfig::new(Op::Conv2d(grouped), inputs.clone(), 1), "grouped") as usize;
     }
+
+    // Channel variants of the commonest convolutions (spatial kernel, stride 1), drawn after the grouped ones
+    // for the same reason. tract's cost per FLOP for them moves by 3x with the channel count at the same
+    // image size (a 3x3 conv on 13x13: 256 -> 256 channels runs at 15 GFLOP/s, 384 -> 384 at 46), and the zoo
+    // alone offers a few dozen of them at batch 1.
+    // Up to three passes: the zoo has only a few dozen such convolutions.
+    order.shuffle(rng);
+    let mut added = 0;
+    for &i in order.iter().cycle().take(3 * order.len()) {
+        if added == budget.channels {
+            break;
+        }
+        let (c, inputs) = &convs[i];
+        if c.kernel[0] * c.kernel[1] == 1 || c.strides != [1, 1] {
+            continue;
+        }
+        let Some([_, h, w]) = inputs.first().and_then(|s| <[usize; 3]>::try_from(s.as_slice()).ok()) else { continue };
+        let channels = ((log_uniform(rng, NEW_CHANNELS) / 8.0).round() as usize).max(1) * 8;
+        let mut other = c.clone();
+        other.filters = ((log_uniform(rng, NEW_CHANNELS) / 8.0).round() as usize).max(1) * 8;
+        added +=
+            pool.augmented(LayerConfig::new(Op::Conv2d(other), vec![vec![channels, h, w]], 1), "channels") as usize;
+    }
 }
 
 impl ConfigSet {
@@ -446,9 +474,22 @@ mod tests {
             assert!(c.config.cost().is_ok());
         }
         // Drawn last: without them, every other config is the same as before.
-        let budget = AugmentBudget { grouped: 0, ..AugmentBudget::default() };
+        let budget = AugmentBudget { grouped: 0, channels: 0, ..AugmentBudget::default() };
+        let (without, _) = sample(&nets, &SampleOptions { budget, ..opts.clone() }).unwrap();
+        let later = |c: &&SampledConfig| c.source != "augment:grouped" && c.source != "augment:channels";
+        let rest: Vec<&SampledConfig> = a.configs.iter().filter(later).collect();
+        assert_eq!(without.configs.iter().collect::<Vec<_>>(), rest);
+        // Channel variants: spatial, stride-1 convolutions on a new channel count, also drawn after the rest.
+        let channels: Vec<&SampledConfig> = a.configs.iter().filter(|c| c.source == "augment:channels").collect();
+        assert!(!channels.is_empty());
+        for c in &channels {
+            let Op::Conv2d(op) = &c.config.op else { panic!("{c:?}") };
+            assert!(op.kernel[0] * op.kernel[1] > 1 && op.strides == [1, 1] && op.groups == 1, "{c:?}");
+            assert_eq!(c.config.input_shapes[0][0] % 8, 0);
+        }
+        let budget = AugmentBudget { channels: 0, ..AugmentBudget::default() };
         let (without, _) = sample(&nets, &SampleOptions { budget, ..opts }).unwrap();
-        let rest: Vec<&SampledConfig> = a.configs.iter().filter(|c| c.source != "augment:grouped").collect();
+        let rest: Vec<&SampledConfig> = a.configs.iter().filter(|c| c.source != "augment:channels").collect();
         assert_eq!(without.configs.iter().collect::<Vec<_>>(), rest);
     }
 }

@@ -88,7 +88,7 @@ pub fn tract_weight_bytes(config: &LayerConfig) -> Option<u64> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum PackedShape {
     Dense { batch: u16, in_features: u16, units: u16, use_bias: u16 },
-    Conv2d { in_channels: u16, filters: u16, kernel: [u16; 2], groups: u16, out: [u16; 2], use_bias: u16 },
+    Conv2d { batch: u16, in_channels: u16, filters: u16, kernel: [u16; 2], groups: u16, out: [u16; 2], use_bias: u16 },
 }
 
 impl PackedShape {
@@ -103,6 +103,7 @@ impl PackedShape {
                 use_bias: at("use_bias")?,
             }),
             LayerType::Conv2d => Some(PackedShape::Conv2d {
+                batch: at("batch")?,
                 in_channels: at("in_channels")?,
                 filters: at("filters")?,
                 kernel: [at("kernel_h")?, at("kernel_w")?],
@@ -114,6 +115,32 @@ impl PackedShape {
         }
     }
 
+    /// The scratch a convolution's lowering needs while it runs, from a feature vector (0 for dense layers):
+    /// - kernel volume ≥ 6 at batch 1: tract gathers lazily from the input (`LazyIm2col`), nothing the size of
+    ///   the patches;
+    /// - 1×1: the input (strided if need be) is packed for the product, and that takes twice its size while
+    ///   packing (`pack_a` / `Im2col`);
+    /// - otherwise: an explicit im2col matrix of batch × channels × kernel volume × output pixels.
+    ///
+    /// The rule is tract 0.23's (`should_use_lazy` in tract-core's conv.rs), and the collected samples follow
+    /// it: beyond inputs, weights and outputs, 1×1 convolutions hold a median 2.0× this copy, explicit ones
+    /// 1.05× their im2col matrix, lazy ones 0.23× of it (their offset tables).
+    pub fn lowering_workspace_bytes(&self, x: &[f64]) -> Option<u64> {
+        let get = |i: u16| x.get(i as usize).map(|&v| if v.is_finite() && v > 0.0 { v as u64 } else { 0 });
+        match *self {
+            PackedShape::Dense { .. } => Some(0),
+            PackedShape::Conv2d { batch, in_channels, kernel, out, .. } => {
+                let (batch, kernel_volume) = (get(batch)?, get(kernel[0])? * get(kernel[1])?);
+                let im2col = 4 * batch * get(in_channels)? * kernel_volume * get(out[0])? * get(out[1])?;
+                Some(match kernel_volume {
+                    1 => 2 * im2col,
+                    v if v >= 6 && batch == 1 => 0,
+                    _ => im2col,
+                })
+            }
+        }
+    }
+
     /// Packed weight and bias bytes from a feature vector.
     pub fn packed_bytes(&self, x: &[f64]) -> Option<u64> {
         let get = |i: u16| x.get(i as usize).map(|&v| if v.is_finite() && v > 0.0 { v as usize } else { 0 });
@@ -121,7 +148,7 @@ impl PackedShape {
             PackedShape::Dense { batch, in_features, units, use_bias } => {
                 dense_bytes(get(in_features)?, get(units)?, get(batch)?, get(use_bias)? > 0)
             }
-            PackedShape::Conv2d { in_channels, filters, kernel, groups, out, use_bias } => conv_bytes(
+            PackedShape::Conv2d { in_channels, filters, kernel, groups, out, use_bias, .. } => conv_bytes(
                 get(in_channels)?,
                 get(filters)?,
                 get(kernel[0])?,

@@ -238,7 +238,8 @@ pub struct KnownPart {
 }
 
 /// Weights as tract packs them for this machine's kernels ([`crate::engine::packing`]), replacing the f32
-/// `weight_elems` term of a [`KnownPart`]. The packing depends on the instruction set tract dispatches on, so
+/// `weight_elems` term of a [`KnownPart`], plus the scratch a convolution's lowering needs
+/// ([`crate::engine::packing::PackedShape::lowering_workspace_bytes`]). The packing depends on the instruction set tract dispatches on, so
 /// it is recorded: on a machine with another one, the f32 weights are used instead (see [`Self::applies`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EngineWeights {
@@ -297,7 +298,8 @@ impl KnownPart {
         let feature = |f: u16| x.get(f as usize).copied().unwrap_or(0.0);
         if let Some((replaced, bytes)) = self.engine_weight_bytes(x) {
             let rest: f64 = self.features.iter().filter(|&&f| f != replaced).map(|&f| feature(f)).sum();
-            return self.scale * rest + bytes as f64 / MIB;
+            let workspace = self.engine_weights.as_ref().and_then(|e| e.shape.lowering_workspace_bytes(x)).unwrap_or(0);
+            return self.scale * rest + (bytes + workspace) as f64 / MIB;
         }
         self.scale * self.features.iter().map(|&f| feature(f)).sum::<f64>()
     }
