@@ -17,4 +17,8 @@ $BIN collect --device local --data-dir "$DIR" --layers conv2d,depthwise_conv2d,d
 echo "phase 2 done $(date -u +%FT%TZ)"
 # 3. Every other layer type (needed to estimate whole networks).
 $BIN collect --device local --data-dir "$DIR" --time-budget 20m
+# 4. Grouped and channel-variant convolutions (configs-grouped.json / configs-channels.json are the
+#    augment:grouped / augment:channels entries of zoo/configs.json; phase 2 also reaches them, last).
+$BIN collect --device local --data-dir "$DIR" --configs data/local/configs-grouped.json --layers conv2d --time-budget 10m
+$BIN collect --device local --data-dir "$DIR" --configs data/local/configs-channels.json --layers conv2d --time-budget 20m
 echo "end $(date -u +%FT%TZ)"
