@@ -380,6 +380,12 @@ impl LayerType {
         matches!(self, LayerType::Flatten | LayerType::Reshape | LayerType::Dropout)
     }
 
+    /// Layers with learned weights that engines lower into a matrix product or a dedicated kernel: conv2d,
+    /// depthwise_conv2d, dense.
+    pub fn is_weighted(self) -> bool {
+        matches!(self, LayerType::Conv2d | LayerType::DepthwiseConv2d | LayerType::Dense)
+    }
+
     /// Feature names, in the order of [`LayerConfig::features`]. Stable: trained models record them and refuse
     /// to load when they differ.
     pub fn feature_names(self) -> Vec<String> {

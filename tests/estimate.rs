@@ -402,13 +402,15 @@ fn a_calibration_fitted_for_these_models_is_applied_and_a_stale_one_is_not() {
     let raw = json_of(&perfmodel(dir.path(), &args));
     assert!(raw["calibration"].is_null(), "{raw}");
 
-    // A calibration of 1.5 x + 0.1 ms per executing layer, +2 MiB + 0.25 MiB per executing layer.
+    // A calibration of 1.5 x + 0.1 ms per executing layer, +2 MiB + 0.25 MiB per executing layer + 0.5 MiB per
+    // weighted one (half of them).
     let point = |name: &str, layers: usize, ms: f64, mib: f64| CalibrationPoint {
         network: name.into(),
         executing_layers: layers,
+        weighted_layers: layers / 2,
         measured_latency_ms: 1.5 * ms + 0.1 * layers as f64,
         predicted_latency_ms: ms,
-        measured_peak_memory_mib: mib + 2.0 + 0.25 * layers as f64,
+        measured_peak_memory_mib: mib + 2.0 + 0.25 * layers as f64 + 0.5 * (layers / 2) as f64,
         predicted_peak_memory_mib: mib,
     };
     let hash = models_fingerprint(ModelStore::open(&models, "dev").unwrap().manifest());
@@ -432,7 +434,8 @@ fn a_calibration_fitted_for_these_models_is_applied_and_a_stale_one_is_not() {
     assert!(close(v["total"]["latency_ms"].as_f64().unwrap(), total));
     assert!(close(raw["total"]["latency_ms"].as_f64().unwrap(), raw_total));
     let peak = |e: &Value| e["total"]["peak_memory_mib"].as_f64().unwrap();
-    assert!((peak(&v) - (peak(&raw) + 2.0 + 0.25 * 4.0)).abs() < 1e-6, "{} vs {}", peak(&v), peak(&raw));
+    // Four executing layers, two of them weighted (c1, d).
+    assert!((peak(&v) - (peak(&raw) + 2.0 + 0.25 * 4.0 + 0.5 * 2.0)).abs() < 1e-6, "{} vs {}", peak(&v), peak(&raw));
 
     // --uncalibrated gives the raw sums back.
     let mut uncalibrated = args.clone();
@@ -449,6 +452,16 @@ fn a_calibration_fitted_for_these_models_is_applied_and_a_stale_one_is_not() {
     assert!(s["calibration"].is_null() && close(s["total"]["latency_ms"].as_f64().unwrap(), raw_total));
     let notes = s["notes"].to_string();
     assert!(notes.contains("calibration.json") && notes.contains("perfmodel calibrate"), "{notes}");
+
+    // A calibration an older perfmodel wrote (another format): not applied, a note says so, and calibrate can
+    // replace it.
+    let mut old: Value =
+        serde_json::from_str(&std::fs::read_to_string(models.join("dev/calibration.json")).unwrap()).unwrap();
+    old["format_version"] = Value::from(1);
+    std::fs::write(models.join("dev/calibration.json"), old.to_string()).unwrap();
+    let o = json_of(&perfmodel(dir.path(), &args));
+    assert!(o["calibration"].is_null() && close(o["total"]["latency_ms"].as_f64().unwrap(), raw_total));
+    assert!(o["notes"].to_string().contains("format 1"), "{}", o["notes"]);
 
     // A corrupt calibration file is an error naming it, not a silently uncalibrated answer.
     std::fs::write(models.join("dev/calibration.json"), "{").unwrap();

@@ -111,6 +111,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         points.push(CalibrationPoint {
             network: net.name.clone(),
             executing_layers: estimate.executing_layers(),
+            weighted_layers: estimate.weighted_layers(),
             measured_latency_ms: measured.total.latency_ms / speed,
             predicted_latency_ms: estimate.total.latency_ms,
             measured_peak_memory_mib: measured.total.peak_memory_mib,
@@ -141,7 +142,7 @@ fn print_table(c: &Calibration, path: &Path) {
     let (mut raw, mut calibrated) = (Vec::new(), Vec::new());
     for n in &c.networks {
         let latency = k.latency_scale * n.predicted_latency_ms + k.latency_per_layer_ms * n.executing_layers as f64;
-        let memory = k.peak_memory_mib(n.predicted_peak_memory_mib, n.executing_layers);
+        let memory = k.peak_memory_mib(n.predicted_peak_memory_mib, n.executing_layers, n.weighted_layers);
         let errors = [
             pct(n.predicted_latency_ms, n.measured_latency_ms),
             pct(latency, n.measured_latency_ms),
@@ -175,8 +176,13 @@ fn print_table(c: &Calibration, path: &Path) {
         median(calibrated.iter().map(|e| e.1).collect())
     );
     println!(
-        "correction: layer latency x {:.4} {:+.4} ms; peak memory {:+.3} MiB {:+.4} MiB per executing layer",
-        k.latency_scale, k.latency_per_layer_ms, k.memory_fixed_mib, k.memory_per_layer_mib
+        "correction: layer latency x {:.4} {:+.4} ms; peak memory {:+.3} MiB {:+.4} MiB per executing layer \
+         {:+.4} MiB per weighted one",
+        k.latency_scale,
+        k.latency_per_layer_ms,
+        k.memory_fixed_mib,
+        k.memory_per_layer_mib,
+        k.memory_per_weighted_layer_mib
     );
     println!("written to {} (validate on networks not listed here, e.g. zoo/holdout/)", path.display());
 }

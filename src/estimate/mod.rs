@@ -163,6 +163,18 @@ impl Estimator {
     /// `<models_dir>/<device>/calibration.json` when it was fitted for these models ([`calibration`]).
     pub fn open(models_dir: &Path, device: &str) -> Result<Estimator> {
         let store = ModelStore::open(models_dir, device)?;
+        let path = Calibration::path(models_dir, device);
+        let outdated = Calibration::file_format(models_dir, device).filter(|&f| f != calibration::CALIBRATION_FORMAT);
+        if let Some(format) = outdated {
+            let mut estimator = Estimator::new(device, Method::Learned(store));
+            estimator.calibration_note = Some(format!(
+                "{} has format {format}, this perfmodel reads format {} and does not apply it: rerun 'perfmodel \
+                 calibrate --device {device}'",
+                path.display(),
+                calibration::CALIBRATION_FORMAT
+            ));
+            return Ok(estimator);
+        }
         let calibration = Calibration::load(models_dir, device)?;
         let fingerprint = calibration::models_fingerprint(store.manifest());
         let mut estimator = Estimator::new(device, Method::Learned(store));
@@ -390,8 +402,14 @@ impl Estimator {
         let mut peak_memory_mib =
             memory::peak_bytes(&analysis.sources, &steps, input_bytes, all_weight_bytes) as f64 / MIB;
         if let Some(c) = correction {
-            let timed = layers.iter().zip(&steps).filter(|(l, s)| s.executes && l.latency_ms.is_some()).count();
-            peak_memory_mib = c.peak_memory_mib(peak_memory_mib, timed);
+            let timed: Vec<&LayerEstimate> = layers
+                .iter()
+                .zip(&steps)
+                .filter(|(l, s)| s.executes && l.latency_ms.is_some())
+                .map(|(l, _)| l)
+                .collect();
+            let weighted = timed.iter().filter(|l| l.layer_type.is_weighted()).count();
+            peak_memory_mib = c.peak_memory_mib(peak_memory_mib, timed.len(), weighted);
         }
         let mut executed: Vec<f64> =
             layers.iter().zip(&steps).filter(|(_, s)| s.executes).map(|(l, _)| l.memory_mib).collect();
@@ -568,6 +586,15 @@ impl Estimate {
         self.layers
             .iter()
             .filter(|l| l.predictor != "free" && !l.predictor.starts_with("fused:") && l.latency_ms.is_some())
+            .count()
+    }
+
+    /// The executing layers that are conv2d, depthwise_conv2d or dense (the calibration's weighted layers).
+    pub fn weighted_layers(&self) -> usize {
+        self.layers
+            .iter()
+            .filter(|l| l.predictor != "free" && !l.predictor.starts_with("fused:") && l.latency_ms.is_some())
+            .filter(|l| l.layer_type.is_weighted())
             .count()
     }
 }

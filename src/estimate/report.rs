@@ -61,8 +61,9 @@ pub fn table(e: &Estimate) -> String {
         };
         let _ = writeln!(
             out,
-            "calibrated on whole-network runs: {latency}, peak memory {:+.3} MiB {:+.4} MiB per executing layer",
-            c.memory_fixed_mib, c.memory_per_layer_mib
+            "calibrated on whole-network runs: {latency}, peak memory {:+.3} MiB {:+.4} MiB per executing layer \
+             {:+.4} MiB per weighted one",
+            c.memory_fixed_mib, c.memory_per_layer_mib, c.memory_per_weighted_layer_mib
         );
     }
     for u in &e.uncovered {
