@@ -414,7 +414,8 @@ fn a_calibration_fitted_for_these_models_is_applied_and_a_stale_one_is_not() {
         predicted_peak_memory_mib: mib,
     };
     let hash = models_fingerprint(ModelStore::open(&models, "dev").unwrap().manifest());
-    let points = vec![point("a", 3, 2.0, 1.0), point("b", 30, 50.0, 9.0), point("c", 12, 4.0, 30.0)];
+    let points =
+        vec![point("a", 3, 2.0, 1.0), point("b", 30, 50.0, 9.0), point("c", 12, 4.0, 30.0), point("d", 7, 9.0, 5.0)];
     Calibration::fit("dev", "learned", &hash, points).unwrap().save(&models).unwrap();
     let v = json_of(&perfmodel(dir.path(), &args));
     let c = &v["calibration"];
@@ -492,10 +493,11 @@ fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
     copy_tree(&root.join("models/local"), &models);
     let _ = std::fs::remove_file(models.join("calibration.json"));
     // Training architectures only: the holdout is for validation.
-    let nets: Vec<String> = ["zoo/mnist_mlp.json", "zoo/tabular_mlp.json", "zoo/squeezenet.json"]
-        .iter()
-        .map(|n| root.join(n).to_string_lossy().into_owned())
-        .collect();
+    let nets: Vec<String> =
+        ["zoo/mnist_mlp.json", "zoo/tabular_mlp.json", "zoo/squeezenet.json", "zoo/mobilenetv3small.json"]
+            .iter()
+            .map(|n| root.join(n).to_string_lossy().into_owned())
+            .collect();
     let mut args = vec![
         "calibrate",
         "--device",
@@ -513,7 +515,7 @@ fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
     args.extend(["--format", "json"]);
     let v = json_of(&perfmodel(dir.path(), &args));
     let networks = v["networks"].as_array().unwrap();
-    assert_eq!(networks.len(), 3);
+    assert_eq!(networks.len(), 4);
     for n in networks {
         assert!(n["measured_latency_ms"].as_f64().unwrap() > 0.0 && n["executing_layers"].as_u64().unwrap() > 0);
     }
@@ -527,10 +529,10 @@ fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
     ));
     assert_eq!(estimate["calibration"], v["correction"]);
 
-    // Fewer than three networks cannot be fitted: a clear error, and nothing written over the existing file.
+    // Fewer than four networks cannot be fitted: a clear error, and nothing written over the existing file.
     let before = std::fs::read_to_string(models.join("calibration.json")).unwrap();
     let out = perfmodel(dir.path(), &["calibrate", "--device", "local", "--models-dir", "models", &nets[0]]);
     assert_ne!(out.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 3 networks"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 4 networks"));
     assert_eq!(std::fs::read_to_string(models.join("calibration.json")).unwrap(), before);
 }

@@ -106,6 +106,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // Data measured with tract on this very machine: memory models can count weights as tract packs them here.
     options.engine_weights = perfmodel::collect::profile::DeviceProfile::load(&default_dir("collectors"), &args.device)
         .is_ok_and(|p| p.host && p.executor == "tract");
+    if options.engine_weights {
+        eprintln!(
+            "memory models count dense/conv2d weights and convolution scratch as tract lays them out on this \
+             machine (profile '{}' has host = true)",
+            args.device
+        );
+    }
     let data_dir = args.data_dir.clone().unwrap_or_else(|| default_dir("data"));
     let models_dir = args.models_dir.clone().unwrap_or_else(|| default_dir("models"));
     let bar = ProgressBar::new(0);

@@ -52,33 +52,138 @@ fn dense_bytes(k: usize, units: usize, batch: usize, bias: bool) -> Option<u64> 
     Some(packed_weight_bytes(units, k, batch)? + if bias { 4 * units as u64 } else { 0 })
 }
 
-/// A (grouped) convolution lowered to one matmul per group: `filters / groups` rows, `cin / groups × kh × kw`
-/// reduction, one column per output pixel; plus the f32 bias.
-#[allow(clippy::too_many_arguments)]
-fn conv_bytes(
-    cin: usize,
-    filters: usize,
-    kh: usize,
-    kw: usize,
-    groups: usize,
-    pixels: usize,
-    bias: bool,
-) -> Option<u64> {
-    let groups = groups.max(1);
-    let packed = packed_weight_bytes(filters / groups, cin / groups * kh * kw, pixels)?;
-    Some(groups as u64 * packed + if bias { 4 * filters as u64 } else { 0 })
+/// A convolution's sizes as tract's lowering sees them (one batch item's output is `out_h × out_w`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ConvShape {
+    pub batch: usize,
+    pub in_channels: usize,
+    pub in_width: usize,
+    pub filters: usize,
+    pub kernel: [usize; 2],
+    pub groups: usize,
+    pub out: [usize; 2],
+    pub use_bias: bool,
+}
+
+/// How tract 0.23.9 runs a convolution on this machine, in the order its conv codegen tries them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConvLowering {
+    /// 1×1: a matrix product over a packed copy of the (strided) input (`pack_a` / `Im2col`).
+    Pointwise,
+    /// `DirectSpatialConv`: f32, one group, 2+ taps, at most 576 inputs per output point, rows of 128+.
+    DirectSpatial,
+    /// `LazyIm2col` + matrix product (batch 1: 6+ taps, a patch matrix of 4 MiB or more, or one row panel).
+    Lazy,
+    /// `DepthWise`: one filter per channel.
+    DepthWise,
+    /// An explicit im2col matrix + matrix product.
+    Im2col,
+}
+
+impl ConvShape {
+    fn kernel_volume(&self) -> usize {
+        self.kernel[0] * self.kernel[1]
+    }
+
+    fn pixels(&self) -> usize {
+        self.out[0].saturating_mul(self.out[1])
+    }
+
+    /// Rows, reduction and columns of one group's matrix product.
+    fn matmul(&self) -> (usize, usize, usize) {
+        let groups = self.groups.max(1);
+        (self.filters / groups, (self.in_channels / groups).saturating_mul(self.kernel_volume()), self.pixels())
+    }
+
+    /// Mirrors tract-core 0.23.9's `Conv::codegen` (`can_direct_spatial`, `should_use_lazy`), asking tract-linalg
+    /// the same questions it asks (routines present, the preferred kernel's rows). 1×1 convolutions are turned
+    /// into products earlier by tract's declutter, with the input packed.
+    pub fn lowering(&self) -> ConvLowering {
+        let kernel_volume = self.kernel_volume();
+        if kernel_volume == 1 {
+            return ConvLowering::Pointwise;
+        }
+        let depthwise = self.groups > 1 && self.groups == self.in_channels && self.groups == self.filters;
+        let direct = self.groups == 1
+            && self.in_channels.saturating_mul(kernel_volume) <= 576
+            && tract_linalg::routines::conv_w4_f32().is_some()
+            && (self.filters % 4 == 0 || tract_linalg::routines::depthwise_w_f32().is_some())
+            && self.in_width >= 128
+            && self.out[1] >= 128;
+        if direct {
+            return ConvLowering::DirectSpatial;
+        }
+        if !depthwise && self.batch == 1 {
+            let (m, k, n) = self.matmul();
+            let eager_bytes = k.saturating_mul(n).saturating_mul(4);
+            let one_panel = || {
+                let mr = MmmDispatch::native()
+                    .preferred_kernel(DatumType::F32, Some(m.max(1)), Some(k), Some(n))
+                    .map_or(1, |kernel| kernel.mr());
+                m.max(1) <= mr
+            };
+            if kernel_volume >= 6 || eager_bytes >= 4 << 20 || one_panel() {
+                return ConvLowering::Lazy;
+            }
+        }
+        if depthwise {
+            return ConvLowering::DepthWise;
+        }
+        ConvLowering::Im2col
+    }
+
+    /// Bytes of the weights and bias tract holds: packed for the matrix product, plain f32 for the direct and
+    /// depthwise kernels.
+    pub fn weight_bytes(&self) -> Option<u64> {
+        let bias = if self.use_bias { 4 * self.filters as u64 } else { 0 };
+        let (m, k, n) = self.matmul();
+        let groups = self.groups.max(1) as u64;
+        let weights = match self.lowering() {
+            ConvLowering::DirectSpatial | ConvLowering::DepthWise => {
+                4u64.saturating_mul(groups).saturating_mul(m as u64).saturating_mul(k as u64)
+            }
+            _ => groups.saturating_mul(packed_weight_bytes(m, k, n)?),
+        };
+        Some(weights.saturating_add(bias))
+    }
+
+    /// The scratch the lowering needs while it runs, beyond inputs, weights and outputs. The collected samples
+    /// follow it: beyond those, 1×1 convolutions hold a median 2.0× the input copy, explicit im2col 1.05× the
+    /// patch matrix, lazy ones 0.23× of what the patch matrix would be (their offset tables).
+    pub fn workspace_bytes(&self) -> u64 {
+        let patches = 4u64
+            .saturating_mul(self.batch as u64)
+            .saturating_mul(self.in_channels as u64)
+            .saturating_mul(self.kernel_volume() as u64)
+            .saturating_mul(self.pixels() as u64);
+        match self.lowering() {
+            ConvLowering::Pointwise => patches.saturating_mul(2),
+            ConvLowering::Im2col => patches,
+            ConvLowering::DirectSpatial | ConvLowering::Lazy | ConvLowering::DepthWise => 0,
+        }
+    }
 }
 
 /// Bytes tract holds for a layer's parameters on this machine: the packed weights of a dense layer or a
-/// (grouped) convolution plus its f32 bias; `None` for other layers (their parameters stay plain f32) or when
-/// a shape does not validate.
+/// convolution (plain for the direct and depthwise kernels) plus its f32 bias; `None` for other layers (their
+/// parameters stay plain f32) or when a shape does not validate.
 pub fn tract_weight_bytes(config: &LayerConfig) -> Option<u64> {
     match &config.op {
         Op::Dense(d) => dense_bytes(*config.input_shapes.first()?.last()?, d.units, config.batch, d.use_bias),
         Op::Conv2d(c) => {
-            let cin = *config.input_shapes.first()?.first()?;
+            let input = config.input_shapes.first()?;
             let out = config.output_shape().ok()?;
-            conv_bytes(cin, c.filters, c.kernel[0], c.kernel[1], c.groups, out[1] * out[2], c.use_bias)
+            ConvShape {
+                batch: config.batch,
+                in_channels: *input.first()?,
+                in_width: *input.get(2)?,
+                filters: c.filters,
+                kernel: c.kernel,
+                groups: c.groups,
+                out: [out[1], out[2]],
+                use_bias: c.use_bias,
+            }
+            .weight_bytes()
         }
         _ => None,
     }
@@ -87,8 +192,22 @@ pub fn tract_weight_bytes(config: &LayerConfig) -> Option<u64> {
 /// Where, in a layer type's feature vector, the sizes that decide the packing are.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum PackedShape {
-    Dense { batch: u16, in_features: u16, units: u16, use_bias: u16 },
-    Conv2d { batch: u16, in_channels: u16, filters: u16, kernel: [u16; 2], groups: u16, out: [u16; 2], use_bias: u16 },
+    Dense {
+        batch: u16,
+        in_features: u16,
+        units: u16,
+        use_bias: u16,
+    },
+    Conv2d {
+        batch: u16,
+        in_channels: u16,
+        in_width: u16,
+        filters: u16,
+        kernel: [u16; 2],
+        groups: u16,
+        out: [u16; 2],
+        use_bias: u16,
+    },
 }
 
 impl PackedShape {
@@ -105,6 +224,7 @@ impl PackedShape {
             LayerType::Conv2d => Some(PackedShape::Conv2d {
                 batch: at("batch")?,
                 in_channels: at("in_channels")?,
+                in_width: at("in_width")?,
                 filters: at("filters")?,
                 kernel: [at("kernel_h")?, at("kernel_w")?],
                 groups: at("groups")?,
@@ -115,48 +235,42 @@ impl PackedShape {
         }
     }
 
-    /// The scratch a convolution's lowering needs while it runs, from a feature vector (0 for dense layers):
-    /// - kernel volume ≥ 6 at batch 1: tract gathers lazily from the input (`LazyIm2col`), nothing the size of
-    ///   the patches;
-    /// - 1×1: the input (strided if need be) is packed for the product, and that takes twice its size while
-    ///   packing (`pack_a` / `Im2col`);
-    /// - otherwise: an explicit im2col matrix of batch × channels × kernel volume × output pixels.
-    ///
-    /// The rule is tract 0.23's (`should_use_lazy` in tract-core's conv.rs), and the collected samples follow
-    /// it: beyond inputs, weights and outputs, 1×1 convolutions hold a median 2.0× this copy, explicit ones
-    /// 1.05× their im2col matrix, lazy ones 0.23× of it (their offset tables).
-    pub fn lowering_workspace_bytes(&self, x: &[f64]) -> Option<u64> {
-        let get = |i: u16| x.get(i as usize).map(|&v| if v.is_finite() && v > 0.0 { v as u64 } else { 0 });
+    /// The convolution's sizes from a feature vector (`None` for dense layers or unreadable features).
+    fn conv(&self, x: &[f64]) -> Option<ConvShape> {
+        let get = |i: u16| x.get(i as usize).map(|&v| if v.is_finite() && v > 0.0 { v as usize } else { 0 });
         match *self {
-            PackedShape::Dense { .. } => Some(0),
-            PackedShape::Conv2d { batch, in_channels, kernel, out, .. } => {
-                let (batch, kernel_volume) = (get(batch)?, get(kernel[0])? * get(kernel[1])?);
-                let im2col = 4 * batch * get(in_channels)? * kernel_volume * get(out[0])? * get(out[1])?;
-                Some(match kernel_volume {
-                    1 => 2 * im2col,
-                    v if v >= 6 && batch == 1 => 0,
-                    _ => im2col,
+            PackedShape::Dense { .. } => None,
+            PackedShape::Conv2d { batch, in_channels, in_width, filters, kernel, groups, out, use_bias } => {
+                Some(ConvShape {
+                    batch: get(batch)?,
+                    in_channels: get(in_channels)?,
+                    in_width: get(in_width)?,
+                    filters: get(filters)?,
+                    kernel: [get(kernel[0])?, get(kernel[1])?],
+                    groups: get(groups)?,
+                    out: [get(out[0])?, get(out[1])?],
+                    use_bias: get(use_bias)? > 0,
                 })
             }
         }
     }
 
-    /// Packed weight and bias bytes from a feature vector.
+    /// The scratch a convolution's lowering needs while it runs ([`ConvShape::workspace_bytes`]); 0 for dense.
+    pub fn lowering_workspace_bytes(&self, x: &[f64]) -> Option<u64> {
+        match self {
+            PackedShape::Dense { .. } => Some(0),
+            PackedShape::Conv2d { .. } => self.conv(x).map(|c| c.workspace_bytes()),
+        }
+    }
+
+    /// Weight and bias bytes as tract holds them, from a feature vector.
     pub fn packed_bytes(&self, x: &[f64]) -> Option<u64> {
         let get = |i: u16| x.get(i as usize).map(|&v| if v.is_finite() && v > 0.0 { v as usize } else { 0 });
         match *self {
             PackedShape::Dense { batch, in_features, units, use_bias } => {
                 dense_bytes(get(in_features)?, get(units)?, get(batch)?, get(use_bias)? > 0)
             }
-            PackedShape::Conv2d { in_channels, filters, kernel, groups, out, use_bias, .. } => conv_bytes(
-                get(in_channels)?,
-                get(filters)?,
-                get(kernel[0])?,
-                get(kernel[1])?,
-                get(groups)?,
-                get(out[0])? * get(out[1])?,
-                get(use_bias)? > 0,
-            ),
+            PackedShape::Conv2d { .. } => self.conv(x)?.weight_bytes(),
         }
     }
 }

@@ -370,7 +370,7 @@ impl TractWorkload {
     /// node: live bytes before it, the highest while it ran, and live bytes after it (before tract frees the
     /// inputs it no longer needs).
     fn run_memory_traced(&mut self) -> Result<MemoryTrace> {
-        let mut steps = Vec::with_capacity(self.state.model().nodes().len());
+        let mut steps: Vec<(usize, usize, usize, usize)> = Vec::with_capacity(self.state.model().nodes().len());
         alloc::reset_peak();
         let mut peak = 0usize;
         let (state, inputs) = (&mut self.state, self.inputs.clone());
@@ -387,7 +387,14 @@ impl TractWorkload {
         })
         .map_err(|e| Error::Executor(format!("inference failed: {e:#}")))?;
         peak = peak.max(alloc::peak_bytes());
-        Ok(MemoryTrace { steps, peak })
+        // The trace itself is on the heap for the whole run: not the network's.
+        let own = steps.capacity() * std::mem::size_of::<(usize, usize, usize, usize)>();
+        for step in &mut steps {
+            step.1 = step.1.saturating_sub(own);
+            step.2 = step.2.saturating_sub(own);
+            step.3 = step.3.saturating_sub(own);
+        }
+        Ok(MemoryTrace { steps, peak: peak.saturating_sub(own) })
     }
 
     /// Run once through tract's per-node evaluation hook; milliseconds spent in each node (by node id).

@@ -30,8 +30,8 @@ pub const CALIBRATION_FILE: &str = "calibration.json";
 /// Bumped when the file's meaning changes.
 pub const CALIBRATION_FORMAT: u32 = 2;
 
-/// Fewest networks a calibration is fitted on (two parameters per metric, and one to spare).
-pub const MIN_NETWORKS: usize = 3;
+/// Fewest networks a calibration is fitted on (three memory parameters, and one to spare).
+pub const MIN_NETWORKS: usize = 4;
 
 /// One whole network: what the uncalibrated estimate said and what a real run measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -367,9 +367,14 @@ mod tests {
 
     #[test]
     fn too_few_or_unmeasured_networks_are_refused() {
-        let two = vec![point("a", 10, 5.0, 20.0), point("b", 20, 8.0, 15.0)];
-        assert!(Calibration::fit("dev", "learned", "h", two).unwrap_err().to_string().contains("at least 3"));
-        let mut bad = vec![point("a", 10, 5.0, 20.0), point("b", 20, 8.0, 15.0), point("c", 5, 1.0, 1.0)];
+        let three = vec![point("a", 10, 5.0, 20.0), point("b", 20, 8.0, 15.0), point("c", 5, 1.0, 1.0)];
+        assert!(Calibration::fit("dev", "learned", "h", three).unwrap_err().to_string().contains("at least 4"));
+        let mut bad = vec![
+            point("a", 10, 5.0, 20.0),
+            point("b", 20, 8.0, 15.0),
+            point("c", 5, 1.0, 1.0),
+            point("d", 40, 9.0, 2.0),
+        ];
         bad[2].measured_latency_ms = 0.0;
         let err = Calibration::fit("dev", "learned", "h", bad).unwrap_err().to_string();
         assert!(err.contains("network 'c'"), "{err}");
@@ -379,7 +384,12 @@ mod tests {
     fn save_load_round_trip_and_bad_files_are_named() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(Calibration::load(dir.path(), "dev").unwrap(), None);
-        let points = vec![point("a", 10, 5.0, 20.0), point("b", 200, 80.0, 150.0), point("c", 50, 3.0, 4.0)];
+        let points = vec![
+            point("a", 10, 5.0, 20.0),
+            point("b", 200, 80.0, 150.0),
+            point("c", 50, 3.0, 4.0),
+            point("d", 60, 7.0, 30.0),
+        ];
         let c = Calibration::fit("dev", "learned", "h", points).unwrap();
         let path = c.save(dir.path()).unwrap();
         assert_eq!(Calibration::load(dir.path(), "dev").unwrap(), Some(c));

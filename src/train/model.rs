@@ -296,12 +296,18 @@ impl KnownPart {
 
     pub fn value(&self, x: &[f64]) -> f64 {
         let feature = |f: u16| x.get(f as usize).copied().unwrap_or(0.0);
-        if let Some((replaced, bytes)) = self.engine_weight_bytes(x) {
-            let rest: f64 = self.features.iter().filter(|&&f| f != replaced).map(|&f| feature(f)).sum();
-            let workspace = self.engine_weights.as_ref().and_then(|e| e.shape.lowering_workspace_bytes(x)).unwrap_or(0);
-            return self.scale * rest + (bytes + workspace) as f64 / MIB;
+        let plain = || self.scale * self.features.iter().map(|&f| feature(f)).sum::<f64>();
+        let Some(engine) = &self.engine_weights else { return plain() };
+        // The lowering's scratch was left out of what the model learned: it is added wherever the model is used
+        // (on a machine with another instruction set, with this machine's answer to tract's questions).
+        let workspace = engine.shape.lowering_workspace_bytes(x).unwrap_or(0) as f64 / MIB;
+        match self.engine_weight_bytes(x) {
+            Some((replaced, bytes)) => {
+                let rest: f64 = self.features.iter().filter(|&&f| f != replaced).map(|&f| feature(f)).sum();
+                self.scale * rest + bytes as f64 / MIB + workspace
+            }
+            None => plain() + workspace,
         }
-        self.scale * self.features.iter().map(|&f| feature(f)).sum::<f64>()
     }
 
     /// The replaced feature and the bytes the engine holds for the weights, when engine weights apply here.
