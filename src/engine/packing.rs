@@ -312,4 +312,36 @@ mod tests {
         }
         assert!(PackedShape::for_layer(LayerType::MaxPool2d, &LayerType::MaxPool2d.feature_names()).is_none());
     }
+
+    #[test]
+    fn convolutions_are_lowered_in_tracts_order() {
+        let conv = |batch, in_channels, width, filters, k: usize, groups| ConvShape {
+            batch,
+            in_channels,
+            in_width: width,
+            filters,
+            kernel: [k, k],
+            groups,
+            out: [width, width],
+            use_bias: false,
+        };
+        assert_eq!(conv(1, 64, 56, 256, 1, 1).lowering(), ConvLowering::Pointwise);
+        // 3x3 on 13x13: lazy gathering at batch 1, an explicit patch matrix at batch 2 (lazy needs one item).
+        assert_eq!(conv(1, 256, 13, 256, 3, 1).lowering(), ConvLowering::Lazy);
+        let batch2 = conv(2, 256, 13, 256, 3, 1);
+        assert_eq!(batch2.lowering(), ConvLowering::Im2col);
+        assert_eq!(batch2.workspace_bytes(), 4 * 2 * 256 * 9 * 13 * 13);
+        // A depthwise convolution written as conv2d: plain weights, no patch matrix.
+        let depthwise = conv(2, 32, 28, 32, 3, 32);
+        assert_eq!(depthwise.lowering(), ConvLowering::DepthWise);
+        assert_eq!(depthwise.weight_bytes(), Some(4 * 32 * 9));
+        assert_eq!(depthwise.workspace_bytes(), 0);
+        // VGG's second convolution (64 -> 64 on 224x224) runs direct where tract has the kernels for it.
+        if tract_linalg::routines::conv_w4_f32().is_some() {
+            let direct = conv(8, 64, 224, 64, 3, 1);
+            assert_eq!(direct.lowering(), ConvLowering::DirectSpatial);
+            assert_eq!(direct.workspace_bytes(), 0);
+            assert_eq!(direct.weight_bytes(), Some(4 * 64 * 64 * 9));
+        }
+    }
 }
