@@ -169,7 +169,8 @@ impl<'a> NetworkBench<'a> {
         check_fits_in_memory(network, available_memory_bytes())?;
         // tract keeps per-thread scratch (matmul tiles, element-wise buffers) that only grows: a network measured
         // on a thread where others already ran would not pay for its own. Each network's memory is measured on
-        // a fresh thread, as a fresh deployment sees it; the timed workload is built again here.
+        // a fresh thread, as a fresh deployment sees it; the timed workload is built again here. (With a
+        // multi-threaded executor the pool's workers keep their scratch across networks.)
         let memory = std::thread::scope(|scope| scope.spawn(|| measure_memory(executor, network)).join())
             .map_err(|_| Error::Executor(format!("network '{}': the memory measurement panicked", network.name)))??;
         let mut workload = executor.network_workload(network)?;
