@@ -16,9 +16,9 @@ use tract_onnx::prelude::{DatumType, TDim};
 
 /// The instruction set tract-linalg dispatches kernels on here, with the tract version: models that count
 /// packed weights record it, because another CPU picks other kernels and packs differently.
-pub fn host_isa() -> String {
+pub fn host_isa() -> &'static str {
     static ISA: OnceLock<String> = OnceLock::new();
-    ISA.get_or_init(|| format!("tract-linalg 0.23.9 {:?}", tract_linalg::isa::native())).clone()
+    ISA.get_or_init(|| format!("tract-linalg 0.23.9 {:?}", tract_linalg::isa::native()))
 }
 
 /// Bytes of the weights of an f32 matmul of `m` output rows, reduction `k` and `n` columns once packed for the
@@ -45,6 +45,11 @@ fn dispatch_packed_bytes(m: usize, k: usize, n: usize) -> Option<u64> {
     let (kernel, packing, _) = MmmDispatch::native().pick(&query)?;
     let format = &kernel.packings().get(packing)?.0;
     format.mem_size(TDim::from(k), TDim::from(m)).to_i64().ok().and_then(|b| u64::try_from(b).ok())
+}
+
+/// Feature `i` of `x` as a count (0 for anything not finite and positive); `None` when `x` is too short.
+fn count(x: &[f64], i: u16) -> Option<usize> {
+    x.get(i as usize).map(|&v| if v.is_finite() && v > 0.0 { v as usize } else { 0 })
 }
 
 /// A dense layer: `units` rows of `k` inputs, `batch` columns, plus the f32 bias.
@@ -237,7 +242,7 @@ impl PackedShape {
 
     /// The convolution's sizes from a feature vector (`None` for dense layers or unreadable features).
     fn conv(&self, x: &[f64]) -> Option<ConvShape> {
-        let get = |i: u16| x.get(i as usize).map(|&v| if v.is_finite() && v > 0.0 { v as usize } else { 0 });
+        let get = |i| count(x, i);
         match *self {
             PackedShape::Dense { .. } => None,
             PackedShape::Conv2d { batch, in_channels, in_width, filters, kernel, groups, out, use_bias } => {
@@ -265,7 +270,7 @@ impl PackedShape {
 
     /// Weight and bias bytes as tract holds them, from a feature vector.
     pub fn packed_bytes(&self, x: &[f64]) -> Option<u64> {
-        let get = |i: u16| x.get(i as usize).map(|&v| if v.is_finite() && v > 0.0 { v as usize } else { 0 });
+        let get = |i| count(x, i);
         match *self {
             PackedShape::Dense { batch, in_features, units, use_bias } => {
                 dense_bytes(get(in_features)?, get(units)?, get(batch)?, get(use_bias)? > 0)

@@ -33,6 +33,16 @@ pub const CALIBRATION_FORMAT: u32 = 2;
 /// Fewest networks a calibration is fitted on (three memory parameters, and one to spare).
 pub const MIN_NETWORKS: usize = 4;
 
+/// What a device's calibration file holds ([`Calibration::read`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stored {
+    Current(Calibration),
+    /// Written by another perfmodel, in this format.
+    Outdated {
+        format: u32,
+    },
+}
+
 /// One whole network: what the uncalibrated estimate said and what a real run measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CalibrationPoint {
@@ -185,16 +195,26 @@ impl Calibration {
         models_dir.join(device).join(CALIBRATION_FILE)
     }
 
-    /// The `format_version` of the device's calibration file, when there is one and it is JSON with that field:
-    /// lets an estimator skip (with a note) a file an older perfmodel wrote instead of refusing to estimate.
-    pub fn file_format(models_dir: &Path, device: &str) -> Option<u32> {
-        let text = std::fs::read_to_string(Calibration::path(models_dir, device)).ok()?;
-        let value: serde_json::Value = serde_json::from_str(&text).ok()?;
-        value.get("format_version")?.as_u64().and_then(|v| u32::try_from(v).ok())
+    /// The device's calibration, `None` when it has none. A file that exists but cannot be read is an error, and
+    /// so is one an older perfmodel wrote (see [`Calibration::read`] to tell that case apart).
+    pub fn load(models_dir: &Path, device: &str) -> Result<Option<Calibration>> {
+        match Calibration::read(models_dir, device)? {
+            None => Ok(None),
+            Some(Stored::Current(c)) => Ok(Some(c)),
+            Some(Stored::Outdated { format }) => Err(Error::Model {
+                path: Calibration::path(models_dir, device),
+                message: format!(
+                    "calibration format {format}, this build reads {CALIBRATION_FORMAT}; rerun 'perfmodel calibrate \
+                     --device {device}'"
+                ),
+            }),
+        }
     }
 
-    /// The device's calibration, `None` when it has none. A file that exists but cannot be read is an error.
-    pub fn load(models_dir: &Path, device: &str) -> Result<Option<Calibration>> {
+    /// The device's calibration file, read once: `None` when there is none, [`Stored::Outdated`] when an older
+    /// perfmodel wrote it (an estimator skips it with a note instead of refusing to estimate). A file that exists
+    /// but cannot be read is an error.
+    pub fn read(models_dir: &Path, device: &str) -> Result<Option<Stored>> {
         let path = Calibration::path(models_dir, device);
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
@@ -202,14 +222,15 @@ impl Calibration {
             Err(e) => return Err(Error::io(&path, e)),
         };
         let bad = |message: String| Error::Model { path: path.clone(), message };
-        let calibration: Calibration = serde_json::from_str(&text)
-            .map_err(|e| bad(format!("not a calibration file ({e}); rerun 'perfmodel calibrate --device {device}'")))?;
-        if calibration.format_version != CALIBRATION_FORMAT {
-            return Err(bad(format!(
-                "calibration format {}, this build reads {CALIBRATION_FORMAT}; rerun 'perfmodel calibrate --device {device}'",
-                calibration.format_version
-            )));
+        let not_calibration = |e: serde_json::Error| {
+            bad(format!("not a calibration file ({e}); rerun 'perfmodel calibrate --device {device}'"))
+        };
+        let value: serde_json::Value = serde_json::from_str(&text).map_err(not_calibration)?;
+        let format = value.get("format_version").and_then(|v| v.as_u64()).and_then(|v| u32::try_from(v).ok());
+        if let Some(format) = format.filter(|&f| f != CALIBRATION_FORMAT) {
+            return Ok(Some(Stored::Outdated { format }));
         }
+        let calibration: Calibration = serde_json::from_value(value).map_err(not_calibration)?;
         if calibration.device != device {
             return Err(bad(format!("calibration of device '{}', expected '{device}'", calibration.device)));
         }
@@ -224,7 +245,7 @@ impl Calibration {
         if numbers.iter().any(|v| !v.is_finite()) || c.latency_scale <= 0.0 {
             return Err(bad(format!("invalid correction {c:?}")));
         }
-        Ok(Some(calibration))
+        Ok(Some(Stored::Current(calibration)))
     }
 
     pub fn save(&self, models_dir: &Path) -> Result<PathBuf> {

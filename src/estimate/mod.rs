@@ -163,21 +163,21 @@ impl Estimator {
     /// `<models_dir>/<device>/calibration.json` when it was fitted for these models ([`calibration`]).
     pub fn open(models_dir: &Path, device: &str) -> Result<Estimator> {
         let store = ModelStore::open(models_dir, device)?;
-        let path = Calibration::path(models_dir, device);
-        let outdated = Calibration::file_format(models_dir, device).filter(|&f| f != calibration::CALIBRATION_FORMAT);
-        if let Some(format) = outdated {
-            let mut estimator = Estimator::new(device, Method::Learned(store));
-            estimator.calibration_note = Some(format!(
-                "{} has format {format}, this perfmodel reads format {} and does not apply it: rerun 'perfmodel \
-                 calibrate --device {device}'",
-                path.display(),
-                calibration::CALIBRATION_FORMAT
-            ));
-            return Ok(estimator);
-        }
-        let calibration = Calibration::load(models_dir, device)?;
         let fingerprint = calibration::models_fingerprint(store.manifest());
         let mut estimator = Estimator::new(device, Method::Learned(store));
+        let calibration = match Calibration::read(models_dir, device)? {
+            Some(calibration::Stored::Outdated { format }) => {
+                estimator.calibration_note = Some(format!(
+                    "{} has format {format}, this perfmodel reads format {} and does not apply it: rerun 'perfmodel \
+                     calibrate --device {device}'",
+                    Calibration::path(models_dir, device).display(),
+                    calibration::CALIBRATION_FORMAT
+                ));
+                return Ok(estimator);
+            }
+            Some(calibration::Stored::Current(c)) => Some(c),
+            None => None,
+        };
         if let Some(c) = calibration {
             if c.method == "learned" && c.models_fingerprint == fingerprint {
                 estimator.calibration = Some(c);
@@ -583,19 +583,18 @@ impl Estimate {
     /// Layers that run (neither free views nor fused into their producer) and have a latency: the layers the
     /// calibration's per-layer terms count.
     pub fn executing_layers(&self) -> usize {
-        self.layers
-            .iter()
-            .filter(|l| l.predictor != "free" && !l.predictor.starts_with("fused:") && l.latency_ms.is_some())
-            .count()
+        self.executing().count()
     }
 
     /// The executing layers that are conv2d, depthwise_conv2d or dense (the calibration's weighted layers).
     pub fn weighted_layers(&self) -> usize {
+        self.executing().filter(|l| l.layer_type.is_weighted()).count()
+    }
+
+    fn executing(&self) -> impl Iterator<Item = &LayerEstimate> {
         self.layers
             .iter()
             .filter(|l| l.predictor != "free" && !l.predictor.starts_with("fused:") && l.latency_ms.is_some())
-            .filter(|l| l.layer_type.is_weighted())
-            .count()
     }
 }
 

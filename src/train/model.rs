@@ -257,7 +257,7 @@ impl EngineWeights {
         let weight_feature =
             feature_names.iter().position(|f| f == "weight_elems").and_then(|i| u16::try_from(i).ok())?;
         Some(EngineWeights {
-            isa: crate::engine::packing::host_isa(),
+            isa: crate::engine::packing::host_isa().to_string(),
             weight_feature,
             shape: crate::engine::packing::PackedShape::for_layer(layer_type, feature_names)?,
         })
