@@ -97,19 +97,20 @@ fn options(args: &Args) -> Result<TrainOptions, Error> {
         learning_curve: args.learning_curve,
         methods: args.methods.clone(),
         jobs: args.jobs,
-        engine_weights: false,
+        host_engine: false,
     })
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let mut options = options(&args)?;
     // Data measured with tract on this very machine: memory models can count weights as tract packs them here.
-    options.engine_weights = perfmodel::collect::profile::DeviceProfile::load(&default_dir("collectors"), &args.device)
+    options.host_engine = perfmodel::collect::profile::DeviceProfile::load(&default_dir("collectors"), &args.device)
         .is_ok_and(|p| p.host && p.executor == "tract");
-    if options.engine_weights {
+    if options.host_engine {
         eprintln!(
             "memory models count dense/conv2d weights and convolution scratch as tract lays them out on this \
-             machine (profile '{}' has host = true)",
+             machine, and conv2d latency is also tried with tract's lowering and tile walk as features (profile \
+             '{}' has host = true)",
             args.device
         );
     }

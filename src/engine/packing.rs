@@ -21,30 +21,188 @@ pub fn host_isa() -> &'static str {
     ISA.get_or_init(|| format!("tract-linalg 0.23.9 {:?}", tract_linalg::isa::native()))
 }
 
-/// Bytes of the weights of an f32 matmul of `m` output rows, reduction `k` and `n` columns once packed for the
-/// kernel tract-linalg picks on this machine; `None` if no kernel fits (never for f32 on supported CPUs).
+/// What tract-linalg's kernel dispatch answers for one f32 matmul shape: the packed weights' bytes and the
+/// chosen kernel's tile (`mr` rows by `nr` columns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelPick {
+    pub packed_bytes: u64,
+    pub mr: usize,
+    pub nr: usize,
+}
+
+/// The kernel tract-linalg picks here for an f32 matmul of `m` output rows, reduction `k` and `n` columns, with
+/// the bytes of its packed weights; `None` if no kernel fits (never for f32 on supported CPUs) or a size is 0.
 /// Answers are cached: kernel dispatch allocates, and a NAS loop asks the same shapes over and over.
-pub fn packed_weight_bytes(m: usize, k: usize, n: usize) -> Option<u64> {
-    static CACHE: OnceLock<Mutex<HashMap<(usize, usize, usize), Option<u64>>>> = OnceLock::new();
+pub fn kernel_pick(m: usize, k: usize, n: usize) -> Option<KernelPick> {
+    static CACHE: OnceLock<Mutex<HashMap<(usize, usize, usize), Option<KernelPick>>>> = OnceLock::new();
+    if m == 0 || k == 0 || n == 0 {
+        return None;
+    }
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
     if let Some(&known) = cache.lock().ok()?.get(&(m, k, n)) {
         return known;
     }
-    let bytes = dispatch_packed_bytes(m, k, n);
+    let pick = dispatch(m, k, n);
     if let Ok(mut c) = cache.lock() {
-        c.insert((m, k, n), bytes);
+        c.insert((m, k, n), pick);
     }
-    bytes
+    pick
 }
 
-fn dispatch_packed_bytes(m: usize, k: usize, n: usize) -> Option<u64> {
+/// Bytes of the weights of an f32 matmul once packed for the kernel tract-linalg picks on this machine
+/// ([`kernel_pick`]); 0 for an empty matrix.
+pub fn packed_weight_bytes(m: usize, k: usize, n: usize) -> Option<u64> {
     if m == 0 || k == 0 || n == 0 {
         return Some(0);
     }
+    kernel_pick(m, k, n).map(|p| p.packed_bytes)
+}
+
+fn dispatch(m: usize, k: usize, n: usize) -> Option<KernelPick> {
     let query = Query::plain(DatumType::F32, Some(m), Some(k), Some(n));
     let (kernel, packing, _) = MmmDispatch::native().pick(&query)?;
     let format = &kernel.packings().get(packing)?.0;
-    format.mem_size(TDim::from(k), TDim::from(m)).to_i64().ok().and_then(|b| u64::try_from(b).ok())
+    let packed_bytes =
+        format.mem_size(TDim::from(k), TDim::from(m)).to_i64().ok().and_then(|b| u64::try_from(b).ok())?;
+    Some(KernelPick { packed_bytes, mr: kernel.mr(), nr: kernel.nr() })
+}
+
+/// The order in which tract-linalg 0.23.9 walks the output tiles of one matmul on one thread
+/// (`run_blocked` in `frame/mmm/mod.rs`): naive when the operand it re-streams fits L2, otherwise in blocks of
+/// `blk` panels sized to a third of L2, inside super-blocks of `blk_outer` panels when the whole working set
+/// spills the last-level cache. Which panel of B is loaded when matters for a lazy im2col, whose B panels are
+/// gathered from the input each time the walk comes back to them: a 3×3 convolution of 256 channels to 256
+/// filters on 13×13 runs at a third of the speed of one with 384 input channels, because its weights just
+/// exceed L2 and the blocks it is walked in are two panels wide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileWalk {
+    pub m_panels: usize,
+    pub n_panels: usize,
+    /// Columns outer (A re-streamed for each column of B); tract prefers it when only A is packed ahead.
+    pub col_outer: bool,
+    /// Inner block edge in panels, `usize::MAX` for the naive walk.
+    pub blk: usize,
+    /// Outer (last-level cache) block edge, `usize::MAX` for none.
+    pub blk_outer: usize,
+}
+
+/// tract-linalg's `BLK_MAX` and `BLK_L3_MAX`.
+const INNER_BLOCK_CAP: usize = 16;
+const OUTER_BLOCK_CAP: usize = 64;
+
+/// tract-linalg's `block_edge_for`: as many panel pairs as fit the budget at this `k`, within `1..=cap`.
+fn block_edge(budget: usize, mr: usize, nr: usize, k: usize, cap: usize) -> usize {
+    if k == 0 {
+        return cap;
+    }
+    let per_block = ((mr + nr) * k * 4).max(1);
+    (budget / per_block).clamp(1, cap)
+}
+
+/// tract-linalg's `tier_budget_bytes`.
+fn tier_budget(cache_bytes: usize, num: usize, den: usize, fallback: usize) -> usize {
+    if cache_bytes == 0 {
+        fallback
+    } else {
+        (cache_bytes * num / den).clamp(64 * 1024, 64 * 1024 * 1024)
+    }
+}
+
+impl TileWalk {
+    /// The walk of an `m × k × n` f32 product with an `mr × nr` kernel on one thread, from the cache sizes
+    /// tract-linalg detects on this machine.
+    pub fn new(mr: usize, nr: usize, m: usize, k: usize, n: usize, col_outer: bool) -> TileWalk {
+        let caches = tract_linalg::cache::cache_info();
+        let llc = tract_linalg::cache::last_level_cache().map(|(bytes, kind)| {
+            let budget = match kind {
+                tract_linalg::cache::LlcKind::Dedicated => tier_budget(bytes, 1, 2, 0),
+                tract_linalg::cache::LlcKind::SystemLevel => tier_budget(bytes, 1, 4, 0),
+            };
+            (bytes, budget)
+        });
+        Self::with_caches(mr, nr, m, k, n, col_outer, caches.l2, llc)
+    }
+
+    /// [`TileWalk::new`] for given cache sizes: `l2` bytes (one walker's share) and the last-level cache's
+    /// bytes with the budget tract gives its outer tier.
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_caches(
+        mr: usize,
+        nr: usize,
+        m: usize,
+        k: usize,
+        n: usize,
+        col_outer: bool,
+        l2: usize,
+        llc: Option<(usize, usize)>,
+    ) -> TileWalk {
+        let (mr, nr) = (mr.max(1), nr.max(1));
+        let (m_panels, n_panels) = (m.div_ceil(mr), n.div_ceil(nr));
+        let (panels, r) = if col_outer { (m_panels, mr) } else { (n_panels, nr) };
+        let streamed = panels.saturating_mul(r).saturating_mul(k).saturating_mul(4);
+        let blk = if l2 > 0 && streamed > l2 {
+            block_edge(tier_budget(l2, 1, 3, 256 * 1024), mr, nr, k, INNER_BLOCK_CAP)
+        } else {
+            usize::MAX
+        };
+        let working_set =
+            m_panels.saturating_mul(mr).saturating_add(n_panels.saturating_mul(nr)).saturating_mul(k).saturating_mul(4);
+        let blk_outer = match llc {
+            Some((bytes, budget)) if bytes > 0 && working_set > bytes => {
+                block_edge(budget, mr, nr, k, OUTER_BLOCK_CAP).max(blk)
+            }
+            _ => usize::MAX,
+        };
+        TileWalk { m_panels, n_panels, col_outer, blk, blk_outer }
+    }
+
+    /// How many times the walk loads a B panel (tract keeps the last one loaded, so a tile that reuses it
+    /// loads nothing). Computed per block, not per tile, so it costs microseconds even for large layers.
+    pub fn b_panel_loads(&self) -> u64 {
+        let (mp, np) = (self.m_panels, self.n_panels);
+        if mp == 0 || np == 0 {
+            return 0;
+        }
+        let blk = self.blk.max(1);
+        let outer = self.blk_outer.max(blk);
+        let mut loads = 0u64;
+        let mut last_b: Option<usize> = None;
+        let mut jb3 = 0;
+        while jb3 < np {
+            let jb3_end = jb3.saturating_add(outer).min(np);
+            let mut ja3 = 0;
+            while ja3 < mp {
+                let ja3_end = ja3.saturating_add(outer).min(mp);
+                let mut jb = jb3;
+                while jb < jb3_end {
+                    let jb_end = jb.saturating_add(blk).min(jb3_end);
+                    let mut ja = ja3;
+                    while ja < ja3_end {
+                        let ja_end = ja.saturating_add(blk).min(ja3_end);
+                        let (bn, bm) = ((jb_end - jb) as u64, (ja_end - ja) as u64);
+                        if self.col_outer {
+                            // for ib { for ia }: one load per column of the block, the first maybe reused.
+                            loads += bn - u64::from(last_b == Some(jb));
+                            last_b = Some(jb_end - 1);
+                        } else if bn == 1 {
+                            // for ia { for ib }: a single column is loaded once.
+                            loads += 1 - u64::from(last_b == Some(jb));
+                            last_b = Some(jb);
+                        } else {
+                            // Every tile changes column.
+                            loads += bn * bm - u64::from(last_b == Some(jb));
+                            last_b = Some(jb_end - 1);
+                        }
+                        ja = ja_end;
+                    }
+                    jb = jb_end;
+                }
+                ja3 = ja3_end;
+            }
+            jb3 = jb3_end;
+        }
+        loads
+    }
 }
 
 /// Feature `i` of `x` as a count (0 for anything not finite and positive); `None` when `x` is too short.
@@ -58,7 +216,7 @@ fn dense_bytes(k: usize, units: usize, batch: usize, bias: bool) -> Option<u64> 
 }
 
 /// A convolution's sizes as tract's lowering sees them (one batch item's output is `out_h × out_w`).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ConvShape {
     pub batch: usize,
     pub in_channels: usize,
@@ -137,6 +295,48 @@ impl ConvShape {
         ConvLowering::Im2col
     }
 
+    /// How tract runs this convolution here, as numbers a latency model can split on (see
+    /// [`CONV_ENGINE_FEATURES`]): the lowering (0 pointwise, 1 direct spatial, 2 lazy im2col, 3 depthwise,
+    /// 4 explicit im2col), how many times a lazy im2col gathers each B panel from the input as its tile walk
+    /// comes back to it (1 for the naive walk, see [`TileWalk`]; 0 for other lowerings), and the walk's inner
+    /// block edge in panels (0 for the naive walk). Cached per shape.
+    pub fn engine_features(&self) -> [f64; 3] {
+        static CACHE: OnceLock<Mutex<HashMap<ConvShape, [f64; 3]>>> = OnceLock::new();
+        let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+        if let Some(known) = cache.lock().ok().and_then(|c| c.get(self).copied()) {
+            return known;
+        }
+        let features = self.compute_engine_features();
+        if let Ok(mut c) = cache.lock() {
+            c.insert(*self, features);
+        }
+        features
+    }
+
+    fn compute_engine_features(&self) -> [f64; 3] {
+        let lowering = self.lowering();
+        let code = match lowering {
+            ConvLowering::Pointwise => 0.0,
+            ConvLowering::DirectSpatial => 1.0,
+            ConvLowering::Lazy => 2.0,
+            ConvLowering::DepthWise => 3.0,
+            ConvLowering::Im2col => 4.0,
+        };
+        if matches!(lowering, ConvLowering::DirectSpatial | ConvLowering::DepthWise) {
+            return [code, 0.0, 0.0];
+        }
+        let (m, k, n) = self.matmul();
+        let Some(pick) = kernel_pick(m, k, n) else { return [code, 0.0, 0.0] };
+        // Only A (the weights) is packed ahead for a lazy im2col, so tract walks columns outer; otherwise both
+        // operands are packed and it walks rows outer.
+        let lazy = lowering == ConvLowering::Lazy;
+        let walk = TileWalk::new(pick.mr, pick.nr, m, k, n, lazy);
+        // Trees split on a ratio at one threshold for every size; a count would need one per size.
+        let regathers = if lazy { walk.b_panel_loads() as f64 / walk.n_panels.max(1) as f64 } else { 0.0 };
+        let block = if walk.blk == usize::MAX { 0.0 } else { walk.blk as f64 };
+        [code, regathers, block]
+    }
+
     /// Bytes of the weights and bias tract holds: packed for the matrix product, plain f32 for the direct and
     /// depthwise kernels.
     pub fn weight_bytes(&self) -> Option<u64> {
@@ -193,6 +393,9 @@ pub fn tract_weight_bytes(config: &LayerConfig) -> Option<u64> {
         _ => None,
     }
 }
+
+/// Names of [`ConvShape::engine_features`], in order.
+pub const CONV_ENGINE_FEATURES: [&str; 3] = ["engine_lowering", "engine_gathers_per_panel", "engine_block_panels"];
 
 /// Where, in a layer type's feature vector, the sizes that decide the packing are.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -266,6 +469,11 @@ impl PackedShape {
             PackedShape::Dense { .. } => Some(0),
             PackedShape::Conv2d { .. } => self.conv(x).map(|c| c.workspace_bytes()),
         }
+    }
+
+    /// [`ConvShape::engine_features`] from a feature vector (`None` for dense layers or unreadable features).
+    pub fn conv_engine_features(&self, x: &[f64]) -> Option<[f64; 3]> {
+        self.conv(x).map(|c| c.engine_features())
     }
 
     /// Weight and bias bytes as tract holds them, from a feature vector.
@@ -348,5 +556,56 @@ mod tests {
             assert_eq!(direct.workspace_bytes(), 0);
             assert_eq!(direct.weight_bytes(), Some(4 * 64 * 64 * 9));
         }
+    }
+
+    #[test]
+    fn tile_walk_follows_tracts_blocking() {
+        const L2: usize = 2 << 20;
+        let llc = Some((105 << 20, 52 << 20));
+        // 3x3 conv, 256 -> 256 channels on 13x13 (k = 2304, n = 169) with a 16x12 kernel: the weights (2.36 MB)
+        // spill L2, so tract walks blocks of 2 panels and comes back to every B panel once per block row.
+        let walk = TileWalk::with_caches(16, 12, 256, 2304, 169, true, L2, llc);
+        assert_eq!((walk.m_panels, walk.n_panels, walk.blk, walk.blk_outer), (16, 15, 2, usize::MAX));
+        // 7 two-column blocks loaded in each of 8 block rows, then the last column once.
+        assert_eq!(walk.b_panel_loads(), 7 * 8 * 2 + 1);
+        // 192 filters fit L2: the naive walk loads each column once.
+        let fits = TileWalk::with_caches(16, 12, 192, 2304, 169, true, L2, llc);
+        assert_eq!((fits.blk, fits.b_panel_loads()), (usize::MAX, 15));
+        // 384 -> 384 channels: blocks of one panel, which keep the column across block rows.
+        let single = TileWalk::with_caches(16, 12, 384, 3456, 169, true, L2, llc);
+        assert_eq!((single.blk, single.b_panel_loads()), (1, 15));
+        // Rows outer (both operands packed ahead): B is re-streamed, blocks of several columns reload per tile.
+        let rows = TileWalk::with_caches(16, 12, 64, 2304, 12 * 100, false, L2, llc);
+        assert_eq!(rows.blk, 2);
+        // 50 two-column blocks in each of 2 block rows, each tile of a block on another column than the last.
+        assert_eq!(rows.b_panel_loads(), 50 * 2 * 4);
+        // A working set beyond the last-level cache adds super-blocks, never narrower than the inner blocks.
+        let huge = TileWalk::with_caches(16, 12, 4096, 4608, 12 * 2000, true, L2, llc);
+        assert!(huge.blk_outer >= huge.blk && huge.blk_outer != usize::MAX);
+        assert!(huge.b_panel_loads() >= huge.n_panels as u64);
+        // Unknown caches: the naive walk.
+        let unknown = TileWalk::with_caches(16, 12, 256, 2304, 169, true, 0, None);
+        assert_eq!(unknown.b_panel_loads(), 15);
+    }
+
+    #[test]
+    fn engine_features_tell_the_lowerings_apart() {
+        let conv = |batch, in_channels, width, filters, k: usize| ConvShape {
+            batch,
+            in_channels,
+            in_width: width,
+            filters,
+            kernel: [k, k],
+            groups: 1,
+            out: [width, width],
+            use_bias: true,
+        };
+        let lazy = conv(1, 256, 13, 256, 3).engine_features();
+        assert_eq!(lazy[0], 2.0);
+        // Every B panel is gathered at least once.
+        assert!(lazy[1] >= 1.0, "{lazy:?}");
+        assert_eq!(conv(2, 256, 13, 256, 3).engine_features()[..2], [4.0, 0.0]);
+        assert_eq!(conv(1, 64, 56, 256, 1).engine_features()[..2], [0.0, 0.0]);
+        assert_eq!(conv(1, 256, 13, 256, 3).engine_features(), lazy, "cached answer");
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::train::fit::{DecisionTree, Estimator, ExtraTrees, GradientBoosting, LinearRegressor, NearestNeighbors};
-use crate::train::model::{log_feature, KnownPart, Predictor};
+use crate::train::model::{log_feature, EngineFeatures, KnownPart, Predictor};
 use crate::train::store::Scores;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -83,6 +83,8 @@ pub struct Candidate {
     pub log_features: bool,
     pub log_target: bool,
     pub known: Option<KnownPart>,
+    /// Features appended from the engine's own decisions (see [`EngineFeatures`]).
+    pub engine_features: Option<EngineFeatures>,
 }
 
 fn suffix(log_features: bool, log_target: bool) -> &'static str {
@@ -101,7 +103,8 @@ impl Candidate {
 
     fn suffix(&self) -> String {
         let rest = if self.known.is_some() { "+rest" } else { "" };
-        format!("{rest}{}", suffix(self.log_features, self.log_target))
+        let engine = if self.engine_features.is_some() { "+engine" } else { "" };
+        format!("{engine}{rest}{}", suffix(self.log_features, self.log_target))
     }
 
     /// The same candidate learning only the target minus `known`.
@@ -110,9 +113,23 @@ impl Candidate {
         self
     }
 
+    /// The same candidate seeing the engine's features too.
+    pub fn with_engine_features(mut self, engine: Option<EngineFeatures>) -> Candidate {
+        self.engine_features = engine;
+        self
+    }
+
     /// Fit on rows `x` (targets `y` in the metric's unit) and return the stored-form predictor.
     pub fn fit(&self, x: &[Vec<f64>], y: &[f64]) -> Result<Predictor> {
         let raw_x = x;
+        let extended: Vec<Vec<f64>>;
+        let x = match &self.engine_features {
+            Some(engine) => {
+                extended = x.iter().map(|r| engine.extend(r)).collect();
+                &extended
+            }
+            None => x,
+        };
         let transformed: Vec<Vec<f64>>;
         let x = if self.log_features {
             transformed = x.iter().map(|r| r.iter().map(|&v| log_feature(v)).collect()).collect();
@@ -146,7 +163,9 @@ impl Candidate {
             self.estimator.fit(x, y)?
         };
         let method = format!("{}{}", self.estimator.method(), self.suffix());
-        let predictor = Predictor::new(method, self.log_target, model).with_log_features(self.log_features);
+        let predictor = Predictor::new(method, self.log_target, model)
+            .with_log_features(self.log_features)
+            .with_engine_features(self.engine_features.clone());
         Ok(match &self.known {
             Some(known) => predictor.with_known_part(known.clone(), shift),
             None => predictor,
@@ -190,7 +209,13 @@ pub fn default_candidates(seed: u64) -> Vec<Candidate> {
     for (estimator, feature_spaces) in estimators {
         for &log_features in feature_spaces {
             for log_target in [false, true] {
-                candidates.push(Candidate { estimator: estimator.clone(), log_features, log_target, known: None });
+                candidates.push(Candidate {
+                    estimator: estimator.clone(),
+                    log_features,
+                    log_target,
+                    known: None,
+                    engine_features: None,
+                });
             }
         }
     }
@@ -385,6 +410,63 @@ mod tests {
     }
 
     #[test]
+    fn engine_features_are_appended_when_fitting_and_predicting() {
+        use crate::layer::{Conv2d, LayerConfig, Op, Padding};
+        use crate::train::store::ModelFile;
+        use crate::{LayerType, Metric};
+        let names = LayerType::Conv2d.feature_names();
+        let engine = EngineFeatures::for_layer(LayerType::Conv2d, &names).unwrap();
+        assert!(engine.applies());
+        assert!(EngineFeatures::for_layer(LayerType::Dense, &LayerType::Dense.feature_names()).is_none());
+        // 3x3 convolutions on 13x13 whose speed the engine's tile walk decides; the target is the number of
+        // times each B panel is gathered, which only the appended features carry.
+        let mut x = Vec::new();
+        for in_channels in [64, 128, 192, 256, 320, 384] {
+            for filters in [64, 128, 192, 240, 256, 320, 384, 512] {
+                let mut conv = Conv2d::new(filters, [3, 3]);
+                conv.padding = Padding::Same;
+                x.push(LayerConfig::new(Op::Conv2d(conv), vec![vec![in_channels, 13, 13]], 1).features().unwrap());
+            }
+        }
+        let y: Vec<f64> = x.iter().map(|row| 1.0 + engine.values(row)[1]).collect();
+        assert!(y.iter().any(|&v| v > 2.0 + 1.0), "some shapes re-gather B panels: {y:?}");
+        let candidate = Candidate {
+            estimator: Arc::new(DecisionTree::default().with_min_samples_leaf(1)),
+            log_features: false,
+            log_target: false,
+            known: None,
+            engine_features: None,
+        }
+        .with_engine_features(Some(engine.clone()));
+        assert!(candidate.label().contains("+engine"), "{}", candidate.label());
+        let predictor = candidate.fit(&x, &y).unwrap();
+        assert_eq!(predictor.engine_features(), Some(&engine));
+        for (row, target) in x.iter().zip(&y) {
+            assert_eq!(predictor.predict(row), *target, "predict() appends the features fit() appended");
+        }
+        // Stored and read back, the predictor still appends them.
+        let file = ModelFile::new(LayerType::Conv2d, Metric::Latency, predictor.clone());
+        let bytes = file.encode().unwrap();
+        let read =
+            ModelFile::decode(std::path::Path::new("conv2d/latency.bin"), &bytes, LayerType::Conv2d, Metric::Latency)
+                .unwrap();
+        assert_eq!(read.predictor, predictor);
+        // Host-engine training tries conv2d latency with and without them; other triplets are unchanged.
+        let base = default_candidates(1);
+        let conv_latency = crate::train::pipeline::candidates_for(&base, LayerType::Conv2d, Metric::Latency, true);
+        assert_eq!(conv_latency.len(), 2 * base.len());
+        assert_eq!(conv_latency.iter().filter(|c| c.engine_features.is_some()).count(), base.len());
+        for (layer_type, metric, host) in [
+            (LayerType::Conv2d, Metric::Latency, false),
+            (LayerType::Conv2d, Metric::Memory, true),
+            (LayerType::Dense, Metric::Latency, true),
+        ] {
+            let candidates = crate::train::pipeline::candidates_for(&base, layer_type, metric, host);
+            assert!(candidates.iter().all(|c| c.engine_features.is_none()), "{layer_type:?} {metric:?} {host}");
+        }
+    }
+
+    #[test]
     fn a_known_part_is_added_back_and_only_the_rest_is_learned() {
         let names: Vec<String> =
             ["kernel", "input_elems", "weight_elems", "output_elems", "flops"].iter().map(|s| s.to_string()).collect();
@@ -407,6 +489,7 @@ mod tests {
                 log_features: false,
                 log_target,
                 known: Some(known.clone()),
+                engine_features: None,
             };
             assert!(candidate.label().contains("+rest"), "{}", candidate.label());
             let predictor = candidate.fit(&x, &y).unwrap();

@@ -274,6 +274,55 @@ impl EngineWeights {
     }
 }
 
+/// Features a model sees beyond the layer's own: how the engine runs the layer on this machine, asked of the
+/// engine itself ([`crate::engine::packing::ConvShape::engine_features`]: the convolution's lowering, the input
+/// elements a lazy im2col gathers as tract walks its tiles, the walk's block edge). The hyperparameters only
+/// imply these through tract's decisions and the caches' sizes, as thresholds no few thousand samples pin down:
+/// a 3×3 convolution of 256 channels runs at a third of the speed of one with 384.
+/// Like [`EngineWeights`], they describe the machine the models were trained on (`isa`); elsewhere they are
+/// computed with that machine's answers replaced by this one's, which [`Self::applies`] tells.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EngineFeatures {
+    /// tract's kernel instruction set where the models were trained.
+    pub isa: String,
+    /// Where the convolution's sizes are in the layer's feature vector.
+    pub shape: crate::engine::packing::PackedShape,
+    /// Names of the appended features.
+    pub names: Vec<String>,
+}
+
+impl EngineFeatures {
+    /// For conv2d layers; `None` for other types.
+    pub fn for_layer(layer_type: crate::LayerType, feature_names: &[String]) -> Option<EngineFeatures> {
+        if layer_type != crate::LayerType::Conv2d {
+            return None;
+        }
+        Some(EngineFeatures {
+            isa: crate::engine::packing::host_isa().to_string(),
+            shape: crate::engine::packing::PackedShape::for_layer(layer_type, feature_names)?,
+            names: crate::engine::packing::CONV_ENGINE_FEATURES.iter().map(|n| n.to_string()).collect(),
+        })
+    }
+
+    /// Whether the engine answers here as where the models were trained.
+    pub fn applies(&self) -> bool {
+        self.isa == crate::engine::packing::host_isa()
+    }
+
+    /// The appended values; zeros when the features do not describe a valid layer (never fewer values: the
+    /// model indexes them).
+    pub fn values(&self, x: &[f64]) -> [f64; 3] {
+        self.shape.conv_engine_features(x).unwrap_or([0.0; 3])
+    }
+
+    /// `x` followed by [`Self::values`].
+    pub fn extend(&self, x: &[f64]) -> Vec<f64> {
+        let mut row = x.to_vec();
+        row.extend_from_slice(&self.values(x));
+        row
+    }
+}
+
 /// Bytes per MiB.
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -337,6 +386,9 @@ pub struct Predictor {
     pub(crate) known: Option<KnownPart>,
     /// Subtracted from the model's output: the rest was shifted to be positive for a log target.
     pub(crate) shift: f64,
+    /// Appended to the layer's features before the model sees them.
+    #[serde(default)]
+    pub(crate) engine_features: Option<EngineFeatures>,
 }
 
 /// The feature transform of log-feature models (features are non-negative counts and sizes).
@@ -346,13 +398,27 @@ pub fn log_feature(v: f64) -> f64 {
 
 impl Predictor {
     pub fn new(method: impl Into<String>, log_target: bool, model: Model) -> Predictor {
-        Predictor { method: method.into(), log_target, log_features: false, model, known: None, shift: 0.0 }
+        Predictor {
+            method: method.into(),
+            log_target,
+            log_features: false,
+            model,
+            known: None,
+            shift: 0.0,
+            engine_features: None,
+        }
     }
 
     /// The model was fitted on `target - known.value(x) + shift` (in log space when the target is logged).
     pub fn with_known_part(mut self, known: KnownPart, shift: f64) -> Predictor {
         self.known = Some(known);
         self.shift = shift;
+        self
+    }
+
+    /// The model was fitted on the features followed by `engine`'s.
+    pub fn with_engine_features(mut self, engine: Option<EngineFeatures>) -> Predictor {
+        self.engine_features = engine;
         self
     }
 
@@ -365,22 +431,30 @@ impl Predictor {
     /// Predicted metric value for one layer's features (in [`crate::LayerType::feature_names`] order). Never
     /// negative: latency, power and memory cannot be.
     pub fn predict(&self, features: &[f64]) -> f64 {
-        let raw = if self.log_features {
-            // On the stack for the usual feature counts: no allocation per prediction.
+        let extra = self.engine_features.as_ref().map(|e| e.values(features));
+        let raw = if self.log_features || extra.is_some() {
+            // The model's input on the stack for the usual feature counts: no allocation per prediction.
+            let width = features.len() + extra.map_or(0, |e| e.len());
             let mut buffer = [0.0f64; 64];
             let mut heap = Vec::new();
-            let transformed: &mut [f64] = if features.len() <= buffer.len() {
-                &mut buffer[..features.len()]
+            let input: &mut [f64] = if width <= buffer.len() {
+                &mut buffer[..width]
             } else {
-                heap.resize(features.len(), 0.0);
+                heap.resize(width, 0.0);
                 &mut heap
             };
-            let mut j = 0;
-            while j < features.len() {
-                transformed[j] = log_feature(features[j]);
-                j += 1;
+            input[..features.len()].copy_from_slice(features);
+            if let Some(extra) = extra {
+                input[features.len()..].copy_from_slice(&extra);
             }
-            self.model.predict_raw(transformed)
+            if self.log_features {
+                let mut j = 0;
+                while j < input.len() {
+                    input[j] = log_feature(input[j]);
+                    j += 1;
+                }
+            }
+            self.model.predict_raw(input)
         } else {
             self.model.predict_raw(features)
         };
@@ -415,5 +489,9 @@ impl Predictor {
 
     pub fn known_part(&self) -> Option<&KnownPart> {
         self.known.as_ref()
+    }
+
+    pub fn engine_features(&self) -> Option<&EngineFeatures> {
+        self.engine_features.as_ref()
     }
 }

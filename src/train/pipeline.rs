@@ -7,7 +7,7 @@ use crate::layer::LayerType;
 use crate::metric::Metric;
 use crate::train::cv::{self, Candidate, Evaluation, SelectBy};
 use crate::train::isolation::IsolationForest;
-use crate::train::model::{KnownPart, Predictor};
+use crate::train::model::{EngineFeatures, KnownPart, Predictor};
 use crate::train::store::{self, Manifest, ModelEntry, ModelFile, ModelStore, Scores, FORMAT_VERSION};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -35,9 +35,10 @@ pub struct TrainOptions {
     pub methods: Vec<String>,
     /// Threads for cross-validation (0 = one per core); results do not depend on it.
     pub jobs: usize,
-    /// Memory models count dense and conv2d weights as tract packs them on this machine (the device's data was
-    /// measured here with tract: a `host` profile), instead of as f32.
-    pub engine_weights: bool,
+    /// The device's data was measured here with tract (a `host` profile), so models may ask tract how it runs
+    /// a layer on this machine: memory models count dense and conv2d weights as tract packs them instead of as
+    /// f32, and conv2d latency candidates are also tried with the engine's features ([`EngineFeatures`]).
+    pub host_engine: bool,
 }
 
 impl Default for TrainOptions {
@@ -52,7 +53,7 @@ impl Default for TrainOptions {
             learning_curve: false,
             methods: vec![],
             jobs: 0,
-            engine_weights: false,
+            host_engine: false,
         }
     }
 }
@@ -346,7 +347,7 @@ pub fn train_device(
                 });
             } else {
                 let label = format!("{layer_type}/{metric}");
-                let candidates = candidates_for(&candidates, layer_type, metric, options.engine_weights);
+                let candidates = candidates_for(&candidates, layer_type, metric, options.host_engine);
                 let mut result = train_triplet(layer_type, metric, &dataset, &candidates, options, |what| {
                     progress(done, total, &format!("{label}: {what}"))
                 })?;
@@ -379,26 +380,39 @@ pub fn train_device(
 }
 
 /// The candidates of one triplet: memory models learn only what the layer needs beyond its f32 inputs, weights
-/// and outputs (see [`KnownPart`]), with the weights as tract packs them here when `engine_weights`; latency
-/// and power have no such known part.
+/// and outputs (see [`KnownPart`]), with the weights as tract packs them here when `host_engine`; latency and
+/// power have no such known part. With `host_engine`, conv2d latency is tried both on the layer's features alone
+/// and with the engine's features appended ([`EngineFeatures`]); cross-validation decides.
 pub fn candidates_for(
     candidates: &[Candidate],
     layer_type: LayerType,
     metric: Metric,
-    engine_weights: bool,
+    host_engine: bool,
 ) -> Vec<Candidate> {
     let names = layer_type.feature_names();
-    let known = match metric {
-        Metric::Memory => KnownPart::tensor_mib(&names).map(|k| {
-            if engine_weights {
-                k.with_engine_weights(layer_type, &names)
-            } else {
-                k
-            }
-        }),
-        Metric::Latency | Metric::Power => None,
+    let known =
+        match metric {
+            Metric::Memory => KnownPart::tensor_mib(&names).map(|k| {
+                if host_engine {
+                    k.with_engine_weights(layer_type, &names)
+                } else {
+                    k
+                }
+            }),
+            Metric::Latency | Metric::Power => None,
+        };
+    let plain: Vec<Candidate> = candidates.iter().map(|c| c.clone().with_known_part(known.clone())).collect();
+    let engine = match metric {
+        Metric::Latency if host_engine => EngineFeatures::for_layer(layer_type, &names),
+        _ => None,
     };
-    candidates.iter().map(|c| c.clone().with_known_part(known.clone())).collect()
+    match engine {
+        Some(engine) => {
+            let with_engine = plain.iter().map(|c| c.clone().with_engine_features(Some(engine.clone())));
+            plain.iter().cloned().chain(with_engine).collect()
+        }
+        None => plain,
+    }
 }
 
 /// Write the trained models, keeping compatible existing entries for triplets that were not retrained.
