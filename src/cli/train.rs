@@ -109,7 +109,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if options.host_engine {
         eprintln!(
             "memory models count dense/conv2d weights and convolution scratch as tract lays them out on this \
-             machine, and conv2d latency is also tried with tract's lowering and tile walk as features (profile \
+             machine, and conv2d/dense latency is also tried with tract's lowering, tile walk and kernel tile as features (profile \
              '{}' has host = true)",
             args.device
         );

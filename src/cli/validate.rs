@@ -3,7 +3,7 @@
 use super::estimate::EstimatorArgs;
 use anyhow::Context;
 use perfmodel::collect::profile::DeviceProfile;
-use perfmodel::collect::{remeasure, Observer};
+use perfmodel::collect::{is_speed_reference, remeasure_some, Observer};
 use perfmodel::engine::{profile_networks, TractExecutor};
 use perfmodel::estimate::validate::{NetworkError, Validation};
 use perfmodel::Network;
@@ -22,8 +22,9 @@ pub struct Args {
     /// Untimed warm-up runs per network
     #[arg(long, default_value_t = 3)]
     warmup: usize,
-    /// Stored single-layer samples of the device re-measured before and after the benchmarks (half each) to
-    /// tell how fast the machine runs right now compared with when its data was collected (0 = skip)
+    /// Stored single-layer samples of the device (batch-1 convolutions and dense layers of 1-100 ms, where
+    /// networks spend their time) re-measured before and after the benchmarks (half each) to tell how fast the
+    /// machine runs right now compared with when its data was collected (0 = skip)
     #[arg(long, default_value_t = 40)]
     reference_samples: usize,
     #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -64,8 +65,9 @@ pub(super) fn bench_with_speed_reference(
     Ok((measured, ratios.get(ratios.len() / 2).copied()))
 }
 
-/// Re-measure `count` stored samples (seeded) of the device's data and return their new/stored latency ratios:
-/// how fast the machine runs now compared with when the data was collected.
+/// Re-measure `count` stored samples (seeded) of the device's data that resemble where networks spend their time
+/// ([`is_speed_reference`]) and return their new/stored latency ratios: how fast the machine runs now compared
+/// with when the data was collected.
 fn reference_ratios(
     data_dir: &std::path::Path,
     device: &DeviceProfile,
@@ -73,7 +75,16 @@ fn reference_ratios(
     count: usize,
     seed: u64,
 ) -> anyhow::Result<Vec<f64>> {
-    match remeasure(device, executor, data_dir, count, seed, &mut Notes) {
+    match remeasure_some(
+        device,
+        executor,
+        data_dir,
+        count,
+        seed,
+        is_speed_reference,
+        "batch-1 weighted-layer ",
+        &mut Notes,
+    ) {
         Ok(report) => Ok(report.samples.iter().map(|s| s.3 / s.2).collect()),
         // No stored samples to compare with: the reference is a side measurement, so go on without it.
         Err(e @ perfmodel::Error::Device { .. }) => {

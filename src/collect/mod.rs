@@ -14,4 +14,7 @@ pub mod stats;
 
 pub use alloc::CountingAlloc;
 pub use profile::{DeviceProfile, Protocol, SensorSpec};
-pub use runner::{collect, remeasure, CollectOptions, Observer, Remeasurement, Shard, Summary, TypeSummary};
+pub use runner::{
+    collect, is_speed_reference, remeasure, remeasure_some, CollectOptions, Observer, Remeasurement, Shard, Summary,
+    TypeSummary,
+};

@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::train::fit::{DecisionTree, Estimator, ExtraTrees, GradientBoosting, LinearRegressor, NearestNeighbors};
-use crate::train::model::{log_feature, EngineFeatures, KnownPart, Predictor};
+use crate::train::model::{log_feature, unit_count, EngineFeatures, KnownPart, Predictor};
 use crate::train::store::Scores;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -85,6 +85,9 @@ pub struct Candidate {
     pub known: Option<KnownPart>,
     /// Features appended from the engine's own decisions (see [`EngineFeatures`]).
     pub engine_features: Option<EngineFeatures>,
+    /// Index of a feature the target is learned per unit of (latency per FLOP: the inverse of throughput, which
+    /// varies over a few times where latency varies over six orders of magnitude).
+    pub per_unit: Option<u16>,
 }
 
 fn suffix(log_features: bool, log_target: bool) -> &'static str {
@@ -104,7 +107,8 @@ impl Candidate {
     fn suffix(&self) -> String {
         let rest = if self.known.is_some() { "+rest" } else { "" };
         let engine = if self.engine_features.is_some() { "+engine" } else { "" };
-        format!("{engine}{rest}{}", suffix(self.log_features, self.log_target))
+        let per_unit = if self.per_unit.is_some() { "+perunit" } else { "" };
+        format!("{engine}{per_unit}{rest}{}", suffix(self.log_features, self.log_target))
     }
 
     /// The same candidate learning only the target minus `known`.
@@ -116,6 +120,12 @@ impl Candidate {
     /// The same candidate seeing the engine's features too.
     pub fn with_engine_features(mut self, engine: Option<EngineFeatures>) -> Candidate {
         self.engine_features = engine;
+        self
+    }
+
+    /// The same candidate learning the target per unit of feature `feature` (see [`Candidate::per_unit`]).
+    pub fn with_per_unit(mut self, feature: Option<u16>) -> Candidate {
+        self.per_unit = feature;
         self
     }
 
@@ -156,6 +166,14 @@ impl Candidate {
             }
             None => y,
         };
+        let per_unit: Vec<f64>;
+        let y = match self.per_unit {
+            Some(feature) => {
+                per_unit = raw_x.iter().zip(y).map(|(row, v)| v / unit_count(row, feature)).collect();
+                &per_unit
+            }
+            None => y,
+        };
         let model = if self.log_target {
             let logs: Vec<f64> = y.iter().map(|v| (v + shift).ln()).collect();
             self.estimator.fit(x, &logs)?
@@ -165,7 +183,8 @@ impl Candidate {
         let method = format!("{}{}", self.estimator.method(), self.suffix());
         let predictor = Predictor::new(method, self.log_target, model)
             .with_log_features(self.log_features)
-            .with_engine_features(self.engine_features.clone());
+            .with_engine_features(self.engine_features.clone())
+            .with_per_unit(self.per_unit);
         Ok(match &self.known {
             Some(known) => predictor.with_known_part(known.clone(), shift),
             None => predictor,
@@ -215,6 +234,7 @@ pub fn default_candidates(seed: u64) -> Vec<Candidate> {
                     log_target,
                     known: None,
                     engine_features: None,
+                    per_unit: None,
                 });
             }
         }
@@ -417,7 +437,9 @@ mod tests {
         let names = LayerType::Conv2d.feature_names();
         let engine = EngineFeatures::for_layer(LayerType::Conv2d, &names).unwrap();
         assert!(engine.applies());
-        assert!(EngineFeatures::for_layer(LayerType::Dense, &LayerType::Dense.feature_names()).is_none());
+        let dense = EngineFeatures::for_layer(LayerType::Dense, &LayerType::Dense.feature_names()).unwrap();
+        assert_eq!(dense.width(), 3);
+        assert!(EngineFeatures::for_layer(LayerType::MaxPool2d, &LayerType::MaxPool2d.feature_names()).is_none());
         // 3x3 convolutions on 13x13 whose speed the engine's tile walk decides; the target is the number of
         // times each B panel is gathered, which only the appended features carry.
         let mut x = Vec::new();
@@ -436,6 +458,7 @@ mod tests {
             log_target: false,
             known: None,
             engine_features: None,
+            per_unit: None,
         }
         .with_engine_features(Some(engine.clone()));
         assert!(candidate.label().contains("+engine"), "{}", candidate.label());
@@ -454,16 +477,50 @@ mod tests {
         // Host-engine training tries conv2d latency with and without them; other triplets are unchanged.
         let base = default_candidates(1);
         let conv_latency = crate::train::pipeline::candidates_for(&base, LayerType::Conv2d, Metric::Latency, true);
-        assert_eq!(conv_latency.len(), 2 * base.len());
-        assert_eq!(conv_latency.iter().filter(|c| c.engine_features.is_some()).count(), base.len());
+        assert_eq!(conv_latency.len(), 3 * base.len());
+        assert_eq!(conv_latency.iter().filter(|c| c.engine_features.is_some()).count(), 2 * base.len());
+        assert_eq!(conv_latency.iter().filter(|c| c.per_unit.is_some()).count(), base.len());
         for (layer_type, metric, host) in [
             (LayerType::Conv2d, Metric::Latency, false),
             (LayerType::Conv2d, Metric::Memory, true),
-            (LayerType::Dense, Metric::Latency, true),
+            (LayerType::Dense, Metric::Memory, true),
+            (LayerType::MaxPool2d, Metric::Latency, true),
         ] {
             let candidates = crate::train::pipeline::candidates_for(&base, layer_type, metric, host);
             assert!(candidates.iter().all(|c| c.engine_features.is_none()), "{layer_type:?} {metric:?} {host}");
         }
+        // Off the host, conv2d latency is still tried per FLOP; pooling and memory never are.
+        let off_host = crate::train::pipeline::candidates_for(&base, LayerType::Conv2d, Metric::Latency, false);
+        assert_eq!(off_host.iter().filter(|c| c.per_unit.is_some()).count(), base.len());
+        for (layer_type, metric) in [(LayerType::MaxPool2d, Metric::Latency), (LayerType::Conv2d, Metric::Memory)] {
+            let candidates = crate::train::pipeline::candidates_for(&base, layer_type, metric, true);
+            assert!(candidates.iter().all(|c| c.per_unit.is_none()), "{layer_type:?} {metric:?}");
+        }
+    }
+
+    #[test]
+    fn a_target_learned_per_unit_is_multiplied_back() {
+        // Time = FLOPs / throughput, with the throughput set by a second feature: per FLOP, one split suffices.
+        let x: Vec<Vec<f64>> =
+            (0..60).map(|i| vec![(1000 * (1 + i % 20)) as f64 * 10f64.powi(i % 3), (i % 2) as f64]).collect();
+        let y: Vec<f64> = x.iter().map(|r| r[0] / if r[1] > 0.5 { 4e3 } else { 1e3 }).collect();
+        let candidate = Candidate {
+            estimator: Arc::new(DecisionTree::default().with_min_samples_leaf(5)),
+            log_features: false,
+            log_target: true,
+            known: None,
+            engine_features: None,
+            per_unit: None,
+        }
+        .with_per_unit(Some(0));
+        assert!(candidate.label().contains("+perunit"), "{}", candidate.label());
+        let predictor = candidate.fit(&x, &y).unwrap();
+        for (row, target) in x.iter().zip(&y) {
+            assert!((predictor.predict(row) - target).abs() < 1e-9 * target, "{row:?}");
+        }
+        // Beyond the FLOPs it saw, the prediction scales with them.
+        assert!((predictor.predict(&[1e9, 1.0]) - 1e9 / 4e3).abs() < 1e-3);
+        assert_eq!(unit_count(&[0.0], 0), 1.0);
     }
 
     #[test]
@@ -490,6 +547,7 @@ mod tests {
                 log_target,
                 known: Some(known.clone()),
                 engine_features: None,
+                per_unit: None,
             };
             assert!(candidate.label().contains("+rest"), "{}", candidate.label());
             let predictor = candidate.fit(&x, &y).unwrap();

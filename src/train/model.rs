@@ -275,8 +275,9 @@ impl EngineWeights {
 }
 
 /// Features a model sees beyond the layer's own: how the engine runs the layer on this machine, asked of the
-/// engine itself ([`crate::engine::packing::ConvShape::engine_features`]: the convolution's lowering, the input
-/// elements a lazy im2col gathers as tract walks its tiles, the walk's block edge). The hyperparameters only
+/// engine itself ([`crate::engine::packing::ConvShape::engine_features`]: a convolution's lowering, how often a
+/// lazy im2col re-gathers its input as tract walks the tiles, the walk's block edge, the kernel tile;
+/// [`crate::engine::packing::dense_engine_features`]: a dense layer's kernel tile). The hyperparameters only
 /// imply these through tract's decisions and the caches' sizes, as thresholds no few thousand samples pin down:
 /// a 3×3 convolution of 256 channels runs at a third of the speed of one with 384.
 /// Like [`EngineWeights`], they describe the machine the models were trained on (`isa`); elsewhere they are
@@ -285,22 +286,20 @@ impl EngineWeights {
 pub struct EngineFeatures {
     /// tract's kernel instruction set where the models were trained.
     pub isa: String,
-    /// Where the convolution's sizes are in the layer's feature vector.
+    /// Where the layer's sizes are in its feature vector.
     pub shape: crate::engine::packing::PackedShape,
     /// Names of the appended features.
     pub names: Vec<String>,
 }
 
 impl EngineFeatures {
-    /// For conv2d layers; `None` for other types.
+    /// For conv2d and dense layers; `None` for other types.
     pub fn for_layer(layer_type: crate::LayerType, feature_names: &[String]) -> Option<EngineFeatures> {
-        if layer_type != crate::LayerType::Conv2d {
-            return None;
-        }
+        let shape = crate::engine::packing::PackedShape::for_layer(layer_type, feature_names)?;
         Some(EngineFeatures {
             isa: crate::engine::packing::host_isa().to_string(),
-            shape: crate::engine::packing::PackedShape::for_layer(layer_type, feature_names)?,
-            names: crate::engine::packing::CONV_ENGINE_FEATURES.iter().map(|n| n.to_string()).collect(),
+            names: shape.engine_feature_names().iter().map(|n| n.to_string()).collect(),
+            shape,
         })
     }
 
@@ -309,16 +308,21 @@ impl EngineFeatures {
         self.isa == crate::engine::packing::host_isa()
     }
 
-    /// The appended values; zeros when the features do not describe a valid layer (never fewer values: the
-    /// model indexes them).
-    pub fn values(&self, x: &[f64]) -> [f64; 3] {
-        self.shape.conv_engine_features(x).unwrap_or([0.0; 3])
+    /// The appended values (the first `names.len()`); zeros when the features do not describe a valid layer
+    /// (never fewer values: the model indexes them).
+    pub fn values(&self, x: &[f64]) -> [f64; crate::engine::packing::ENGINE_FEATURES_MAX] {
+        self.shape.engine_features(x).unwrap_or([0.0; crate::engine::packing::ENGINE_FEATURES_MAX])
     }
 
-    /// `x` followed by [`Self::values`].
+    /// How many values are appended.
+    pub fn width(&self) -> usize {
+        self.names.len().min(crate::engine::packing::ENGINE_FEATURES_MAX)
+    }
+
+    /// `x` followed by the appended values.
     pub fn extend(&self, x: &[f64]) -> Vec<f64> {
         let mut row = x.to_vec();
-        row.extend_from_slice(&self.values(x));
+        row.extend_from_slice(&self.values(x)[..self.width()]);
         row
     }
 }
@@ -387,8 +391,14 @@ pub struct Predictor {
     /// Subtracted from the model's output: the rest was shifted to be positive for a log target.
     pub(crate) shift: f64,
     /// Appended to the layer's features before the model sees them.
-    #[serde(default)]
     pub(crate) engine_features: Option<EngineFeatures>,
+    /// The model learned the target per unit of this feature ([`unit_count`]); its output is multiplied back.
+    pub(crate) per_unit: Option<u16>,
+}
+
+/// Feature `feature` of `row` as a divisor of the target: at least 1 (a layer of 0 FLOPs still takes time).
+pub fn unit_count(row: &[f64], feature: u16) -> f64 {
+    row.get(feature as usize).copied().filter(|v| v.is_finite()).unwrap_or(0.0).max(1.0)
 }
 
 /// The feature transform of log-feature models (features are non-negative counts and sizes).
@@ -406,6 +416,7 @@ impl Predictor {
             known: None,
             shift: 0.0,
             engine_features: None,
+            per_unit: None,
         }
     }
 
@@ -422,6 +433,12 @@ impl Predictor {
         self
     }
 
+    /// The model learned the target per unit of feature `feature`.
+    pub fn with_per_unit(mut self, feature: Option<u16>) -> Predictor {
+        self.per_unit = feature;
+        self
+    }
+
     /// The model was fitted on [`log_feature`]-transformed features.
     pub fn with_log_features(mut self, log_features: bool) -> Predictor {
         self.log_features = log_features;
@@ -431,10 +448,10 @@ impl Predictor {
     /// Predicted metric value for one layer's features (in [`crate::LayerType::feature_names`] order). Never
     /// negative: latency, power and memory cannot be.
     pub fn predict(&self, features: &[f64]) -> f64 {
-        let extra = self.engine_features.as_ref().map(|e| e.values(features));
+        let extra = self.engine_features.as_ref().map(|e| (e.values(features), e.width()));
         let raw = if self.log_features || extra.is_some() {
             // The model's input on the stack for the usual feature counts: no allocation per prediction.
-            let width = features.len() + extra.map_or(0, |e| e.len());
+            let width = features.len() + extra.map_or(0, |(_, width)| width);
             let mut buffer = [0.0f64; 64];
             let mut heap = Vec::new();
             let input: &mut [f64] = if width <= buffer.len() {
@@ -444,8 +461,8 @@ impl Predictor {
                 &mut heap
             };
             input[..features.len()].copy_from_slice(features);
-            if let Some(extra) = extra {
-                input[features.len()..].copy_from_slice(&extra);
+            if let Some((values, width)) = extra {
+                input[features.len()..].copy_from_slice(&values[..width]);
             }
             if self.log_features {
                 let mut j = 0;
@@ -459,6 +476,9 @@ impl Predictor {
             self.model.predict_raw(features)
         };
         let mut y = if self.log_target { raw.exp() } else { raw };
+        if let Some(feature) = self.per_unit {
+            y *= unit_count(features, feature);
+        }
         if let Some(known) = &self.known {
             y += known.value(features) - self.shift;
         }

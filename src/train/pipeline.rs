@@ -37,7 +37,7 @@ pub struct TrainOptions {
     pub jobs: usize,
     /// The device's data was measured here with tract (a `host` profile), so models may ask tract how it runs
     /// a layer on this machine: memory models count dense and conv2d weights as tract packs them instead of as
-    /// f32, and conv2d latency candidates are also tried with the engine's features ([`EngineFeatures`]).
+    /// f32, and conv2d and dense latency candidates are also tried with the engine's features ([`EngineFeatures`]).
     pub host_engine: bool,
 }
 
@@ -381,8 +381,9 @@ pub fn train_device(
 
 /// The candidates of one triplet: memory models learn only what the layer needs beyond its f32 inputs, weights
 /// and outputs (see [`KnownPart`]), with the weights as tract packs them here when `host_engine`; latency and
-/// power have no such known part. With `host_engine`, conv2d latency is tried both on the layer's features alone
-/// and with the engine's features appended ([`EngineFeatures`]); cross-validation decides.
+/// power have no such known part. Latency of the layers whose time follows their arithmetic (conv2d, depthwise,
+/// dense) is also tried per FLOP; with `host_engine`, conv2d and dense latency are also tried with the engine's
+/// features appended ([`EngineFeatures`]), alone and per FLOP. Cross-validation decides.
 pub fn candidates_for(
     candidates: &[Candidate],
     layer_type: LayerType,
@@ -402,17 +403,24 @@ pub fn candidates_for(
             Metric::Latency | Metric::Power => None,
         };
     let plain: Vec<Candidate> = candidates.iter().map(|c| c.clone().with_known_part(known.clone())).collect();
-    let engine = match metric {
-        Metric::Latency if host_engine => EngineFeatures::for_layer(layer_type, &names),
+    if metric != Metric::Latency {
+        return plain;
+    }
+    let engine = if host_engine { EngineFeatures::for_layer(layer_type, &names) } else { None };
+    let flops = match layer_type {
+        LayerType::Conv2d | LayerType::DepthwiseConv2d | LayerType::Dense => {
+            names.iter().position(|n| n == "flops").and_then(|i| u16::try_from(i).ok())
+        }
         _ => None,
     };
-    match engine {
-        Some(engine) => {
-            let with_engine = plain.iter().map(|c| c.clone().with_engine_features(Some(engine.clone())));
-            plain.iter().cloned().chain(with_engine).collect()
-        }
-        None => plain,
+    let mut all = plain.clone();
+    if engine.is_some() {
+        all.extend(plain.iter().map(|c| c.clone().with_engine_features(engine.clone())));
     }
+    if flops.is_some() {
+        all.extend(plain.iter().map(|c| c.clone().with_engine_features(engine.clone()).with_per_unit(flops)));
+    }
+    all
 }
 
 /// Write the trained models, keeping compatible existing entries for triplets that were not retrained.
