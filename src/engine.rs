@@ -12,7 +12,9 @@
 pub mod packing;
 mod profile;
 
-pub use profile::{profile_network, profile_networks, LayerProfile, NetworkProfile, NodeMemory, TotalProfile};
+pub use profile::{
+    profile_network, profile_networks, profile_networks_between, LayerProfile, NetworkProfile, NodeMemory, TotalProfile,
+};
 
 use crate::error::{Error, Result};
 use crate::layer::LayerConfig;

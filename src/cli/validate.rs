@@ -2,9 +2,9 @@
 
 use super::estimate::EstimatorArgs;
 use anyhow::Context;
+use perfmodel::collect::is_speed_reference;
 use perfmodel::collect::profile::DeviceProfile;
-use perfmodel::collect::{is_speed_reference, remeasure_some, Observer};
-use perfmodel::engine::{profile_networks, TractExecutor};
+use perfmodel::engine::{profile_networks_between, TractExecutor};
 use perfmodel::estimate::validate::{NetworkError, Validation};
 use perfmodel::Network;
 use std::path::PathBuf;
@@ -23,29 +23,18 @@ pub struct Args {
     #[arg(long, default_value_t = 3)]
     warmup: usize,
     /// Stored single-layer samples of the device (batch-1 convolutions and dense layers of 1-100 ms, where
-    /// networks spend their time) re-measured before and after the benchmarks (half each) to tell how fast the
-    /// machine runs right now compared with when its data was collected (0 = skip)
+    /// networks spend their time) re-measured in step with the benchmarks, a few after every round, to tell how
+    /// fast the machine runs right now compared with when its data was collected (0 = skip)
     #[arg(long, default_value_t = 40)]
     reference_samples: usize,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
 }
 
-/// Prints the collector's notes, nothing else: the reference re-measurement is a side measurement.
-struct Notes;
-
-impl Observer for Notes {
-    fn note(&mut self, message: &str) {
-        eprintln!("{message}");
-    }
-    fn planned(&mut self, _: usize) {}
-    fn recorded(&mut self, _: &perfmodel::data::Sample) {}
-}
-
 /// Profile `nets` with rounds interleaved across them (so a slow spell of the machine does not land on one of
-/// them), between two re-measurements of `reference_samples` stored samples in all (half before, half after).
-/// Returns the profiles and the machine's speed of the moment: the median new/stored latency ratio of the
-/// reference samples, `None` when none was measured.
+/// them), with stored single-layer samples re-measured after every round ([`SpeedReference`]). Returns the
+/// profiles and the machine's speed during them: the median new/stored latency ratio of the reference
+/// measurements, `None` when none was taken.
 pub(super) fn bench_with_speed_reference(
     nets: &[Network],
     device: &DeviceProfile,
@@ -55,44 +44,103 @@ pub(super) fn bench_with_speed_reference(
     warmup: usize,
 ) -> anyhow::Result<(Vec<perfmodel::engine::NetworkProfile>, Option<f64>)> {
     let executor = TractExecutor::new(device.threads)?;
-    let half = reference_samples / 2;
-    let mut ratios = if half > 0 { reference_ratios(data_dir, device, &executor, half, 1)? } else { Vec::new() };
-    let measured = profile_networks(nets, &executor, rounds, warmup).context("benchmarking")?;
-    if half > 0 {
-        ratios.extend(reference_ratios(data_dir, device, &executor, reference_samples - half, 2)?);
-    }
-    ratios.sort_by(f64::total_cmp);
-    Ok((measured, ratios.get(ratios.len() / 2).copied()))
+    let mut reference = SpeedReference::new(device, data_dir, &executor, reference_samples)?;
+    let per_round = reference.as_ref().map_or(0, |r| r.len().div_ceil(rounds.max(1)).max(1));
+    let measured = profile_networks_between(nets, &executor, rounds, warmup, &mut |_| match reference.as_mut() {
+        Some(r) => r.measure(per_round),
+        None => Ok(()),
+    })
+    .context("benchmarking")?;
+    Ok((measured, reference.and_then(|r| r.median_ratio())))
 }
 
-/// Re-measure `count` stored samples (seeded) of the device's data that resemble where networks spend their time
-/// ([`is_speed_reference`]) and return their new/stored latency ratios: how fast the machine runs now compared
-/// with when the data was collected.
-fn reference_ratios(
-    data_dir: &std::path::Path,
-    device: &DeviceProfile,
-    executor: &TractExecutor,
-    count: usize,
-    seed: u64,
-) -> anyhow::Result<Vec<f64>> {
-    match remeasure_some(
-        device,
-        executor,
-        data_dir,
-        count,
-        seed,
-        is_speed_reference,
-        "batch-1 weighted-layer ",
-        &mut Notes,
-    ) {
-        Ok(report) => Ok(report.samples.iter().map(|s| s.3 / s.2).collect()),
-        // No stored samples to compare with: the reference is a side measurement, so go on without it.
-        Err(e @ perfmodel::Error::Device { .. }) => {
-            eprintln!("note: machine speed not measured: {e}");
-            Ok(Vec::new())
+/// How fast the machine runs right now compared with when the device's data was collected, measured in step
+/// with the networks: after every round, the next stored samples of a seeded choice are run again and timed
+/// against their stored latency. On this VM the speed changes within minutes (a network measured 0.6-1.7x its
+/// time of 20 minutes earlier), so samples re-measured only before and after the rounds describe other minutes
+/// than the networks ran in. The samples are batch-1 convolutions and dense layers of 1-100 ms
+/// ([`is_speed_reference`]), where networks spend their time.
+struct SpeedReference {
+    /// Built workloads and their stored latency (ms).
+    samples: Vec<(perfmodel::engine::TractWorkload, f64)>,
+    next: usize,
+    ratios: Vec<f64>,
+}
+
+impl SpeedReference {
+    /// `None` when `count` is 0 or the device has no such stored samples (a note says so).
+    fn new(
+        device: &DeviceProfile,
+        data_dir: &std::path::Path,
+        executor: &TractExecutor,
+        count: usize,
+    ) -> anyhow::Result<Option<SpeedReference>> {
+        use rand::seq::IndexedRandom;
+        use rand::SeedableRng;
+        if count == 0 {
+            return Ok(None);
         }
-        Err(e) => Err(anyhow::Error::new(e)
-            .context("re-measuring stored samples for the machine-speed reference (--reference-samples 0 skips it)")),
+        let stored = match perfmodel::data::read_device(data_dir, &device.name) {
+            Ok(stored) => stored,
+            Err(e) => {
+                eprintln!("note: machine speed not measured: {e}");
+                return Ok(None);
+            }
+        };
+        let pool: Vec<perfmodel::data::Sample> = stored
+            .into_values()
+            .flatten()
+            .filter(|s| s.status == perfmodel::data::Status::Ok && is_speed_reference(s))
+            .collect();
+        if pool.is_empty() {
+            eprintln!(
+                "note: machine speed not measured: no ok batch-1 convolution or dense samples of 1-100 ms in {}",
+                data_dir.join(&device.name).display()
+            );
+            return Ok(None);
+        }
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+        let mut samples = Vec::new();
+        for s in pool.choose_multiple(&mut rng, count) {
+            let workload = executor
+                .layer_workload(&s.config)
+                .with_context(|| format!("building stored sample {} for the machine-speed reference", s.key))?;
+            samples.push((workload, s.latency_ms.unwrap_or(f64::NAN)));
+        }
+        Ok(Some(SpeedReference { samples, next: 0, ratios: Vec::new() }))
+    }
+
+    fn len(&self) -> usize {
+        self.samples.len()
+    }
+
+    /// Time the next `count` samples (cycling): one untimed run, then the median of 3 timed runs.
+    fn measure(&mut self, count: usize) -> perfmodel::Result<()> {
+        use perfmodel::engine::Workload;
+        for _ in 0..count {
+            let at = self.next % self.samples.len();
+            let (workload, stored_ms) = &mut self.samples[at];
+            self.next += 1;
+            workload.run()?;
+            let mut times = [0.0; 3];
+            for t in &mut times {
+                let started = std::time::Instant::now();
+                workload.run()?;
+                *t = started.elapsed().as_secs_f64() * 1e3;
+            }
+            times.sort_by(f64::total_cmp);
+            let ratio = times[1] / *stored_ms;
+            if ratio.is_finite() {
+                self.ratios.push(ratio);
+            }
+        }
+        Ok(())
+    }
+
+    fn median_ratio(&self) -> Option<f64> {
+        let mut ratios = self.ratios.clone();
+        ratios.sort_by(f64::total_cmp);
+        ratios.get(ratios.len() / 2).copied()
     }
 }
 

@@ -15,6 +15,5 @@ pub mod stats;
 pub use alloc::CountingAlloc;
 pub use profile::{DeviceProfile, Protocol, SensorSpec};
 pub use runner::{
-    collect, is_speed_reference, remeasure, remeasure_some, CollectOptions, Observer, Remeasurement, Shard, Summary,
-    TypeSummary,
+    collect, is_speed_reference, remeasure, CollectOptions, Observer, Remeasurement, Shard, Summary, TypeSummary,
 };

@@ -551,19 +551,6 @@ fn load_average() -> Option<String> {
     std::fs::read_to_string("/proc/loadavg").ok().map(|s| s.trim().to_string())
 }
 
-/// Measure `count` random stored `ok` samples of the device again (same protocol, interleaved groups) and compare
-/// the medians. The samples are chosen with `seed`.
-pub fn remeasure(
-    profile: &DeviceProfile,
-    executor: &dyn Executor,
-    data_dir: &Path,
-    count: usize,
-    seed: u64,
-    observer: &mut dyn Observer,
-) -> Result<Remeasurement> {
-    remeasure_some(profile, executor, data_dir, count, seed, |_| true, "", observer)
-}
-
 /// Which stored samples tell how fast whole networks run: single-item convolutions and dense layers of 1 to
 /// 100 ms, where a network spends its time. Tiny layers are dominated by fixed costs that a slow spell of this VM
 /// hardly changes: 80 random samples re-measured at 10:16 UTC on 2026-11-22 took a median 0.97x their stored
@@ -576,27 +563,25 @@ pub fn is_speed_reference(sample: &Sample) -> bool {
         && sample.latency_ms.is_some_and(|ms| (1.0..=100.0).contains(&ms))
 }
 
-/// [`remeasure`] over the stored samples `keep` accepts (`what` describes them in errors).
-#[allow(clippy::too_many_arguments)]
-pub fn remeasure_some(
+/// Measure `count` random stored `ok` samples of the device again (same protocol, interleaved groups) and compare
+/// the medians. The samples are chosen with `seed`.
+pub fn remeasure(
     profile: &DeviceProfile,
     executor: &dyn Executor,
     data_dir: &Path,
     count: usize,
     seed: u64,
-    keep: impl Fn(&Sample) -> bool,
-    what: &str,
     observer: &mut dyn Observer,
 ) -> Result<Remeasurement> {
     let stored: Vec<Sample> = data::read_device(data_dir, &profile.name)?
         .into_values()
         .flatten()
-        .filter(|s| s.status == Status::Ok && keep(s))
+        .filter(|s| s.status == Status::Ok)
         .collect();
     if stored.is_empty() {
         return Err(Error::Device {
             device: profile.name.clone(),
-            message: format!("no ok {what}samples in {} to re-measure", data_dir.join(&profile.name).display()),
+            message: format!("no ok samples in {} to re-measure", data_dir.join(&profile.name).display()),
         });
     }
     let load_before = load_average();

@@ -85,6 +85,18 @@ pub fn profile_networks(
     rounds: usize,
     warmup: usize,
 ) -> Result<Vec<NetworkProfile>> {
+    profile_networks_between(networks, executor, rounds, warmup, &mut |_| Ok(()))
+}
+
+/// [`profile_networks`], calling `between(round)` after each round: a side measurement taken in step with the
+/// networks (such as how fast the machine runs) sees the same spells of the machine they do.
+pub fn profile_networks_between(
+    networks: &[Network],
+    executor: &TractExecutor,
+    rounds: usize,
+    warmup: usize,
+    between: &mut dyn FnMut(usize) -> Result<()>,
+) -> Result<Vec<NetworkProfile>> {
     if rounds == 0 {
         return Err(Error::Invalid("bench needs at least one round".into()));
     }
@@ -92,10 +104,11 @@ pub fn profile_networks(
         .iter()
         .map(|n| NetworkBench::new(executor, n, rounds, warmup))
         .collect::<Result<Vec<NetworkBench>>>()?;
-    for _ in 0..rounds {
+    for round in 0..rounds {
         for bench in &mut benches {
             bench.round()?;
         }
+        between(round)?;
     }
     benches.into_iter().map(|b| b.finish(executor)).collect()
 }
