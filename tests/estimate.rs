@@ -536,3 +536,35 @@ fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("at least 4 networks"));
     assert_eq!(std::fs::read_to_string(models.join("calibration.json")).unwrap(), before);
 }
+
+#[test]
+fn models_that_asked_another_machines_engine_say_so() {
+    use perfmodel::train::model::EngineFeatures;
+    let names = LayerType::Conv2d.feature_names();
+    let here = EngineFeatures::for_layer(LayerType::Conv2d, &names).unwrap();
+    let elsewhere = EngineFeatures { isa: "tract-linalg 0.23.9 OtherCpu".into(), ..here.clone() };
+    let estimate = |engine: EngineFeatures| {
+        let dir = setup(TINY);
+        write_store(
+            &dir.path().join("models"),
+            "dev",
+            vec![
+                (LayerType::Conv2d, Metric::Latency, constant(2.0).with_engine_features(Some(engine))),
+                (LayerType::MaxPool2d, Metric::Latency, constant(0.5)),
+                (LayerType::Dense, Metric::Latency, constant(1.29)),
+            ],
+        );
+        let mut args = vec!["estimate", "net.json", "--device", "dev", "--format", "json"];
+        args.extend(DIRS);
+        json_of(&perfmodel(dir.path(), &args))
+    };
+    let notes = |v: &Value| -> Vec<String> {
+        v["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect()
+    };
+    let other = estimate(elsewhere);
+    assert!(notes(&other).iter().any(|n| n.contains("conv2d/latency (tract-linalg 0.23.9 OtherCpu)")), "{other}");
+    // The constant model ignores the appended features: the estimate itself is unchanged.
+    let same = estimate(here);
+    assert!(!notes(&same).iter().any(|n| n.contains("trained on")), "{same}");
+    assert_eq!(other["total"]["latency_ms"], same["total"]["latency_ms"]);
+}

@@ -97,16 +97,30 @@ fn options(args: &Args) -> Result<TrainOptions, Error> {
         learning_curve: args.learning_curve,
         methods: args.methods.clone(),
         jobs: args.jobs,
-        host_engine: false,
+        host_engine: perfmodel::train::pipeline::HostEngine::Off,
     })
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let mut options = options(&args)?;
-    // Data measured with tract on this very machine: memory models can count weights as tract packs them here.
-    options.host_engine = perfmodel::collect::profile::DeviceProfile::load(&default_dir("collectors"), &args.device)
-        .is_ok_and(|p| p.host && p.executor == "tract");
-    if options.host_engine {
+    // Data measured with tract on this very machine: memory models can count weights as tract packs them here,
+    // and latency models can see tract's decisions. Only on one thread: the engine features mirror tract's
+    // single-thread tile walk (with more threads it splits the product into chunks that share the caches).
+    use perfmodel::train::pipeline::HostEngine;
+    options.host_engine =
+        match perfmodel::collect::profile::DeviceProfile::load(&default_dir("collectors"), &args.device) {
+            Ok(p) if p.host && p.executor == "tract" && p.threads == 1 => HostEngine::LayoutsAndTiles,
+            Ok(p) if p.host && p.executor == "tract" => HostEngine::Layouts,
+            _ => HostEngine::Off,
+        };
+    if options.host_engine == HostEngine::Layouts {
+        eprintln!(
+            "memory models count dense/conv2d weights and convolution scratch as tract lays them out on this \
+             machine (profile '{}' has host = true)",
+            args.device
+        );
+    }
+    if options.host_engine == HostEngine::LayoutsAndTiles {
         eprintln!(
             "memory models count dense/conv2d weights and convolution scratch as tract lays them out on this \
              machine, and conv2d/dense latency is also tried with tract's lowering, tile walk and kernel tile as features (profile \

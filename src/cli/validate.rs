@@ -63,6 +63,8 @@ pub(super) fn bench_with_speed_reference(
 struct SpeedReference {
     /// Built workloads and their stored latency (ms).
     samples: Vec<(perfmodel::engine::TractWorkload, f64)>,
+    /// Untimed runs before each timing, as the device's collection protocol does.
+    burn_in: usize,
     next: usize,
     ratios: Vec<f64>,
 }
@@ -102,26 +104,32 @@ impl SpeedReference {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
         let mut samples = Vec::new();
         for s in pool.choose_multiple(&mut rng, count) {
-            let workload = executor
-                .layer_workload(&s.config)
-                .with_context(|| format!("building stored sample {} for the machine-speed reference", s.key))?;
+            let workload = executor.layer_workload(&s.config).with_context(|| {
+                format!(
+                    "building stored sample {} for the machine-speed reference (--reference-samples 0 skips it)",
+                    s.key
+                )
+            })?;
             samples.push((workload, s.latency_ms.unwrap_or(f64::NAN)));
         }
-        Ok(Some(SpeedReference { samples, next: 0, ratios: Vec::new() }))
+        Ok(Some(SpeedReference { samples, burn_in: device.protocol.burn_in_runs.max(1), next: 0, ratios: Vec::new() }))
     }
 
     fn len(&self) -> usize {
         self.samples.len()
     }
 
-    /// Time the next `count` samples (cycling): one untimed run, then the median of 3 timed runs.
+    /// Time the next `count` samples (cycling): the protocol's untimed burn-in runs, then the median of 3 timed
+    /// runs (the collector times more repetitions over rounds; three keep a round of the networks short).
     fn measure(&mut self, count: usize) -> perfmodel::Result<()> {
         use perfmodel::engine::Workload;
         for _ in 0..count {
             let at = self.next % self.samples.len();
             let (workload, stored_ms) = &mut self.samples[at];
             self.next += 1;
-            workload.run()?;
+            for _ in 0..self.burn_in {
+                workload.run()?;
+            }
             let mut times = [0.0; 3];
             for t in &mut times {
                 let started = std::time::Instant::now();

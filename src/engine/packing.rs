@@ -95,7 +95,7 @@ fn block_edge(budget: usize, mr: usize, nr: usize, k: usize, cap: usize) -> usiz
     if k == 0 {
         return cap;
     }
-    let per_block = ((mr + nr) * k * 4).max(1);
+    let per_block = (mr.saturating_add(nr)).saturating_mul(k).saturating_mul(4).max(1);
     (budget / per_block).clamp(1, cap)
 }
 
@@ -157,49 +157,46 @@ impl TileWalk {
     }
 
     /// How many times the walk loads a B panel (tract keeps the last one loaded, so a tile that reuses it
-    /// loads nothing). Computed per block, not per tile, so it costs microseconds even for large layers.
+    /// loads nothing), in closed form: a few operations whatever the layer's size.
     pub fn b_panel_loads(&self) -> u64 {
-        let (mp, np) = (self.m_panels, self.n_panels);
+        let (mp, np) = (self.m_panels as u64, self.n_panels as u64);
         if mp == 0 || np == 0 {
             return 0;
         }
-        let blk = self.blk.max(1);
-        let outer = self.blk_outer.max(blk);
-        let mut loads = 0u64;
-        let mut last_b: Option<usize> = None;
-        let mut jb3 = 0;
-        while jb3 < np {
-            let jb3_end = jb3.saturating_add(outer).min(np);
-            let mut ja3 = 0;
-            while ja3 < mp {
-                let ja3_end = ja3.saturating_add(outer).min(mp);
-                let mut jb = jb3;
-                while jb < jb3_end {
-                    let jb_end = jb.saturating_add(blk).min(jb3_end);
-                    let mut ja = ja3;
-                    while ja < ja3_end {
-                        let ja_end = ja.saturating_add(blk).min(ja3_end);
-                        let (bn, bm) = ((jb_end - jb) as u64, (ja_end - ja) as u64);
-                        if self.col_outer {
-                            // for ib { for ia }: one load per column of the block, the first maybe reused.
-                            loads += bn - u64::from(last_b == Some(jb));
-                            last_b = Some(jb_end - 1);
-                        } else if bn == 1 {
-                            // for ia { for ib }: a single column is loaded once.
-                            loads += 1 - u64::from(last_b == Some(jb));
-                            last_b = Some(jb);
-                        } else {
-                            // Every tile changes column.
-                            loads += bn * bm - u64::from(last_b == Some(jb));
-                            last_b = Some(jb_end - 1);
-                        }
-                        ja = ja_end;
-                    }
-                    jb = jb_end;
-                }
-                ja3 = ja3_end;
+        let blk = (self.blk.max(1) as u64).min(np.max(mp));
+        let outer = (self.blk_outer.max(self.blk).max(1) as u64).min(np.max(mp));
+        // Loads of one inner column block `bn` wide over `h` rows of panels, inside one super-block.
+        let column_block = |bn: u64, h: u64| -> u64 {
+            match (bn, self.col_outer) {
+                // One column: loaded once, kept over every row block.
+                (1, _) => 1,
+                // for ib { for ia }: each column once per row block.
+                (_, true) => bn * h.div_ceil(blk),
+                // for ia { for ib }: every tile moves to another column.
+                (_, false) => bn * h,
             }
-            jb3 = jb3_end;
+        };
+        // One super-block `w` columns by `h` rows: its column blocks of `blk`.
+        let super_block = |w: u64, h: u64| -> u64 {
+            let full = w / blk;
+            let rest = w % blk;
+            full * column_block(blk, h) + if rest > 0 { column_block(rest, h) } else { 0 }
+        };
+        // Super-blocks of `outer` (the last ones narrower); a super-column one panel wide keeps its column
+        // loaded from one super-row to the next.
+        let splits =
+            |len: u64| -> [(u64, u64); 2] { [(len / outer, outer), (u64::from(len % outer > 0), len % outer)] };
+        let mut loads = 0u64;
+        for (columns, w) in splits(np) {
+            if columns == 0 {
+                continue;
+            }
+            let per_column = if w == 1 {
+                1
+            } else {
+                splits(mp).iter().map(|&(rows, h)| rows.saturating_mul(super_block(w, h))).sum::<u64>()
+            };
+            loads = loads.saturating_add(columns.saturating_mul(per_column));
         }
         loads
     }
@@ -419,8 +416,9 @@ pub const DENSE_ENGINE_FEATURES: [&str; 3] = ["engine_kernel_rows", "engine_kern
 /// over 80 inputs gets a 24×4 kernel (4.5 GFLOP/s measured), 3 groups of 72 filters over 20 inputs a 40×2 one
 /// (3.1 GFLOP/s), and 3 groups of 40 filters over 80 inputs a 16×12 one (15.6 GFLOP/s).
 fn tile(pick: KernelPick, m: usize, n: usize) -> [f64; 3] {
-    let padded = (m.div_ceil(pick.mr) * pick.mr) as f64 * (n.div_ceil(pick.nr) * pick.nr) as f64;
-    let fill = if padded > 0.0 { (m * n) as f64 / padded } else { 0.0 };
+    let (mr, nr) = (pick.mr.max(1) as f64, pick.nr.max(1) as f64);
+    let padded = (m as f64 / mr).ceil() * mr * (n as f64 / nr).ceil() * nr;
+    let fill = if padded > 0.0 { m as f64 * n as f64 / padded } else { 0.0 };
     [pick.mr as f64, pick.nr as f64, fill]
 }
 
@@ -633,6 +631,49 @@ mod tests {
         let huge = TileWalk::with_caches(16, 12, 4096, 4608, 12 * 2000, true, L2, llc);
         assert!(huge.blk_outer >= huge.blk && huge.blk_outer != usize::MAX);
         assert!(huge.b_panel_loads() >= huge.n_panels as u64);
+        // The closed form counts what walking every tile in tract's order counts.
+        let walked = |w: &TileWalk| {
+            let (blk, outer) = (w.blk.max(1), w.blk_outer.max(w.blk).max(1));
+            let (mut loads, mut last) = (0u64, None);
+            let mut visit = |ib: usize| {
+                if last != Some(ib) {
+                    loads += 1;
+                    last = Some(ib);
+                }
+            };
+            for jb3 in (0..w.n_panels).step_by(outer.min(w.n_panels.max(1))) {
+                let jb3_end = jb3.saturating_add(outer).min(w.n_panels);
+                for ja3 in (0..w.m_panels).step_by(outer.min(w.m_panels.max(1))) {
+                    let ja3_end = ja3.saturating_add(outer).min(w.m_panels);
+                    for jb in (jb3..jb3_end).step_by(blk.min(jb3_end - jb3)) {
+                        let jb_end = jb.saturating_add(blk).min(jb3_end);
+                        for ja in (ja3..ja3_end).step_by(blk.min(ja3_end - ja3)) {
+                            let ja_end = ja.saturating_add(blk).min(ja3_end);
+                            for a in 0..(ja_end - ja) * (jb_end - jb) {
+                                let (ia_step, ib_step) = if w.col_outer {
+                                    (a % (ja_end - ja), a / (ja_end - ja))
+                                } else {
+                                    (a / (jb_end - jb), a % (jb_end - jb))
+                                };
+                                let _ = ia_step;
+                                visit(jb + ib_step);
+                            }
+                        }
+                    }
+                }
+            }
+            loads
+        };
+        for (m_panels, n_panels) in [(16, 15), (7, 1), (1, 9), (33, 65), (5, 200)] {
+            for col_outer in [true, false] {
+                for blk in [1, 2, 3, 16, usize::MAX] {
+                    for blk_outer in [usize::MAX, 4, 64] {
+                        let w = TileWalk { m_panels, n_panels, col_outer, blk, blk_outer: blk_outer.max(blk) };
+                        assert_eq!(w.b_panel_loads(), walked(&w), "{w:?}");
+                    }
+                }
+            }
+        }
         // Unknown caches: the naive walk.
         let unknown = TileWalk::with_caches(16, 12, 256, 2304, 169, true, 0, None);
         assert_eq!(unknown.b_panel_loads(), 15);

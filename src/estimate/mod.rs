@@ -156,6 +156,8 @@ pub struct Estimator {
     calibration: Option<Calibration>,
     /// Why a calibration on disk is not applied.
     calibration_note: Option<String>,
+    /// Models that ask tract how it runs a layer and were trained where tract dispatches other kernels.
+    engine_note: Option<String>,
 }
 
 impl Estimator {
@@ -164,7 +166,25 @@ impl Estimator {
     pub fn open(models_dir: &Path, device: &str) -> Result<Estimator> {
         let store = ModelStore::open(models_dir, device)?;
         let fingerprint = calibration::models_fingerprint(store.manifest());
+        let elsewhere: Vec<String> = store
+            .layer_types()
+            .into_iter()
+            .flat_map(|t| Metric::ALL.map(|m| (t, m)))
+            .filter_map(|(t, m)| {
+                let engine = store.predictor(t, m)?.engine_features()?;
+                (!engine.applies()).then(|| format!("{t}/{m} ({})", engine.isa))
+            })
+            .collect();
+        let engine_note = (!elsewhere.is_empty()).then(|| {
+            format!(
+                "models {} see how tract runs a layer on the machine they were trained on; this machine ({}) picks \
+                 other kernels, so their latency may be off",
+                elsewhere.join(", "),
+                crate::engine::packing::host_isa()
+            )
+        });
         let mut estimator = Estimator::new(device, Method::Learned(store));
+        estimator.engine_note = engine_note;
         let calibration = match Calibration::read(models_dir, device)? {
             Some(calibration::Stored::Outdated { format }) => {
                 estimator.calibration_note = Some(format!(
@@ -216,6 +236,7 @@ impl Estimator {
             memory_bandwidth_gbs,
             calibration: None,
             calibration_note: None,
+            engine_note: None,
         }
     }
 
@@ -460,6 +481,9 @@ impl Estimator {
             ));
         }
         if let Some(note) = &self.calibration_note {
+            notes.push(note.clone());
+        }
+        if let Some(note) = &self.engine_note {
             notes.push(note.clone());
         }
         if !self.has_memory {

@@ -131,6 +131,13 @@ impl Candidate {
 
     /// Fit on rows `x` (targets `y` in the metric's unit) and return the stored-form predictor.
     pub fn fit(&self, x: &[Vec<f64>], y: &[f64]) -> Result<Predictor> {
+        if self.per_unit.is_some() && self.known.is_some() {
+            // The known part's log shift is on the target's scale, not per unit: the two do not compose.
+            return Err(Error::Invalid(format!(
+                "{}: a per-unit target with a known part is not supported",
+                self.label()
+            )));
+        }
         let raw_x = x;
         let extended: Vec<Vec<f64>>;
         let x = match &self.engine_features {
@@ -475,25 +482,27 @@ mod tests {
                 .unwrap();
         assert_eq!(read.predictor, predictor);
         // Host-engine training tries conv2d latency with and without them; other triplets are unchanged.
+        use crate::train::pipeline::HostEngine::{Layouts, LayoutsAndTiles as Full, Off};
         let base = default_candidates(1);
-        let conv_latency = crate::train::pipeline::candidates_for(&base, LayerType::Conv2d, Metric::Latency, true);
+        let conv_latency = crate::train::pipeline::candidates_for(&base, LayerType::Conv2d, Metric::Latency, Full);
         assert_eq!(conv_latency.len(), 3 * base.len());
         assert_eq!(conv_latency.iter().filter(|c| c.engine_features.is_some()).count(), 2 * base.len());
         assert_eq!(conv_latency.iter().filter(|c| c.per_unit.is_some()).count(), base.len());
         for (layer_type, metric, host) in [
-            (LayerType::Conv2d, Metric::Latency, false),
-            (LayerType::Conv2d, Metric::Memory, true),
-            (LayerType::Dense, Metric::Memory, true),
-            (LayerType::MaxPool2d, Metric::Latency, true),
+            (LayerType::Conv2d, Metric::Latency, Off),
+            (LayerType::Conv2d, Metric::Latency, Layouts),
+            (LayerType::Conv2d, Metric::Memory, Full),
+            (LayerType::Dense, Metric::Memory, Full),
+            (LayerType::MaxPool2d, Metric::Latency, Full),
         ] {
             let candidates = crate::train::pipeline::candidates_for(&base, layer_type, metric, host);
-            assert!(candidates.iter().all(|c| c.engine_features.is_none()), "{layer_type:?} {metric:?} {host}");
+            assert!(candidates.iter().all(|c| c.engine_features.is_none()), "{layer_type:?} {metric:?} {host:?}");
         }
         // Off the host, conv2d latency is still tried per FLOP; pooling and memory never are.
-        let off_host = crate::train::pipeline::candidates_for(&base, LayerType::Conv2d, Metric::Latency, false);
+        let off_host = crate::train::pipeline::candidates_for(&base, LayerType::Conv2d, Metric::Latency, Off);
         assert_eq!(off_host.iter().filter(|c| c.per_unit.is_some()).count(), base.len());
         for (layer_type, metric) in [(LayerType::MaxPool2d, Metric::Latency), (LayerType::Conv2d, Metric::Memory)] {
-            let candidates = crate::train::pipeline::candidates_for(&base, layer_type, metric, true);
+            let candidates = crate::train::pipeline::candidates_for(&base, layer_type, metric, Full);
             assert!(candidates.iter().all(|c| c.per_unit.is_none()), "{layer_type:?} {metric:?}");
         }
     }
@@ -520,6 +529,11 @@ mod tests {
         }
         // Beyond the FLOPs it saw, the prediction scales with them.
         assert!((predictor.predict(&[1e9, 1.0]) - 1e9 / 4e3).abs() < 1e-3);
+        // A known part is learned on the target's own scale: no per-unit candidate has one.
+        let names: Vec<String> =
+            ["input_elems", "weight_elems", "output_elems"].iter().map(|s| s.to_string()).collect();
+        let with_known = candidate.clone().with_known_part(KnownPart::tensor_mib(&names));
+        assert!(with_known.fit(&x, &y).is_err());
         assert_eq!(unit_count(&[0.0], 0), 1.0);
     }
 

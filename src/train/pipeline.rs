@@ -35,10 +35,9 @@ pub struct TrainOptions {
     pub methods: Vec<String>,
     /// Threads for cross-validation (0 = one per core); results do not depend on it.
     pub jobs: usize,
-    /// The device's data was measured here with tract (a `host` profile), so models may ask tract how it runs
-    /// a layer on this machine: memory models count dense and conv2d weights as tract packs them instead of as
-    /// f32, and conv2d and dense latency candidates are also tried with the engine's features ([`EngineFeatures`]).
-    pub host_engine: bool,
+    /// Whether the device's data was measured here with tract (a `host` profile), so models may ask tract how
+    /// it runs a layer on this machine.
+    pub host_engine: HostEngine,
 }
 
 impl Default for TrainOptions {
@@ -53,9 +52,22 @@ impl Default for TrainOptions {
             learning_curve: false,
             methods: vec![],
             jobs: 0,
-            host_engine: false,
+            host_engine: HostEngine::Off,
         }
     }
+}
+
+/// What training may ask of tract about how it runs a layer on this machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HostEngine {
+    /// The data was measured elsewhere or with another engine.
+    #[default]
+    Off,
+    /// Memory models count dense and conv2d weights as tract packs them here instead of as f32.
+    Layouts,
+    /// Layouts, and conv2d and dense latency candidates are also tried with the engine's features
+    /// ([`EngineFeatures`]), which mirror tract's single-thread tile walk: for 1-thread profiles.
+    LayoutsAndTiles,
 }
 
 /// The rows of one (layer type, metric): features recomputed from each stored config through
@@ -380,33 +392,35 @@ pub fn train_device(
 }
 
 /// The candidates of one triplet: memory models learn only what the layer needs beyond its f32 inputs, weights
-/// and outputs (see [`KnownPart`]), with the weights as tract packs them here when `host_engine`; latency and
+/// and outputs (see [`KnownPart`]), with the weights as tract packs them here on a host engine; latency and
 /// power have no such known part. Latency of the layers whose time follows their arithmetic (conv2d, depthwise,
-/// dense) is also tried per FLOP; with `host_engine`, conv2d and dense latency are also tried with the engine's
+/// dense) is also tried per FLOP; with [`HostEngine::LayoutsAndTiles`], conv2d and dense latency are also tried with the engine's
 /// features appended ([`EngineFeatures`]), alone and per FLOP. Cross-validation decides.
 pub fn candidates_for(
     candidates: &[Candidate],
     layer_type: LayerType,
     metric: Metric,
-    host_engine: bool,
+    host_engine: HostEngine,
 ) -> Vec<Candidate> {
     let names = layer_type.feature_names();
-    let known =
-        match metric {
-            Metric::Memory => KnownPart::tensor_mib(&names).map(|k| {
-                if host_engine {
-                    k.with_engine_weights(layer_type, &names)
-                } else {
-                    k
-                }
-            }),
-            Metric::Latency | Metric::Power => None,
-        };
+    let known = match metric {
+        Metric::Memory => KnownPart::tensor_mib(&names).map(|k| {
+            if host_engine == HostEngine::Off {
+                k
+            } else {
+                k.with_engine_weights(layer_type, &names)
+            }
+        }),
+        Metric::Latency | Metric::Power => None,
+    };
     let plain: Vec<Candidate> = candidates.iter().map(|c| c.clone().with_known_part(known.clone())).collect();
     if metric != Metric::Latency {
         return plain;
     }
-    let engine = if host_engine { EngineFeatures::for_layer(layer_type, &names) } else { None };
+    let engine = match host_engine {
+        HostEngine::LayoutsAndTiles => EngineFeatures::for_layer(layer_type, &names),
+        HostEngine::Off | HostEngine::Layouts => None,
+    };
     let flops = match layer_type {
         LayerType::Conv2d | LayerType::DepthwiseConv2d | LayerType::Dense => {
             names.iter().position(|n| n == "flops").and_then(|i| u16::try_from(i).ok())
