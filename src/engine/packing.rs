@@ -8,8 +8,11 @@
 
 use crate::layer::{LayerConfig, LayerType, Op};
 use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::hash::Hash;
+use std::sync::OnceLock;
+use std::thread::LocalKey;
 use tract_linalg::mmm::Query;
 use tract_linalg::MmmDispatch;
 use tract_onnx::prelude::{DatumType, TDim};
@@ -34,19 +37,37 @@ pub struct KernelPick {
 /// the bytes of its packed weights; `None` if no kernel fits (never for f32 on supported CPUs) or a size is 0.
 /// Answers are cached: kernel dispatch allocates, and a NAS loop asks the same shapes over and over.
 pub fn kernel_pick(m: usize, k: usize, n: usize) -> Option<KernelPick> {
-    static CACHE: OnceLock<Mutex<HashMap<(usize, usize, usize), Option<KernelPick>>>> = OnceLock::new();
+    thread_local! {
+        static PICKS: RefCell<HashMap<(usize, usize, usize), Option<KernelPick>>> = RefCell::new(HashMap::new());
+    }
     if m == 0 || k == 0 || n == 0 {
         return None;
     }
-    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-    if let Some(&known) = cache.lock().ok()?.get(&(m, k, n)) {
+    cached(&PICKS, (m, k, n), || dispatch(m, k, n))
+}
+
+/// Entries a per-thread cache holds before it starts over: a NAS loop can ask for new shapes forever.
+const CACHE_LIMIT: usize = 1 << 16;
+
+/// `compute()`, remembered in a per-thread cache: no lock on the prediction path of an estimator shared by
+/// several threads, at the price of each thread asking tract once per shape.
+fn cached<K: Hash + Eq + Copy + 'static, V: Copy + 'static>(
+    cache: &'static LocalKey<RefCell<HashMap<K, V>>>,
+    key: K,
+    compute: impl FnOnce() -> V,
+) -> V {
+    if let Some(known) = cache.with(|c| c.borrow().get(&key).copied()) {
         return known;
     }
-    let pick = dispatch(m, k, n);
-    if let Ok(mut c) = cache.lock() {
-        c.insert((m, k, n), pick);
-    }
-    pick
+    let value = compute();
+    cache.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= CACHE_LIMIT {
+            c.clear();
+        }
+        c.insert(key, value);
+    });
+    value
 }
 
 /// Bytes of the weights of an f32 matmul once packed for the kernel tract-linalg picks on this machine
@@ -299,16 +320,10 @@ impl ConvShape {
     /// block edge in panels (0 for the naive walk), and the kernel tile of one group's product ([`tile`]).
     /// Matrix-product features are 0 for the direct and depthwise kernels. Cached per shape.
     pub fn engine_features(&self) -> [f64; ENGINE_FEATURES_MAX] {
-        static CACHE: OnceLock<Mutex<HashMap<ConvShape, [f64; ENGINE_FEATURES_MAX]>>> = OnceLock::new();
-        let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-        if let Some(known) = cache.lock().ok().and_then(|c| c.get(self).copied()) {
-            return known;
+        thread_local! {
+            static FEATURES: RefCell<HashMap<ConvShape, [f64; ENGINE_FEATURES_MAX]>> = RefCell::new(HashMap::new());
         }
-        let features = self.compute_engine_features();
-        if let Ok(mut c) = cache.lock() {
-            c.insert(*self, features);
-        }
-        features
+        cached(&FEATURES, *self, || self.compute_engine_features())
     }
 
     fn compute_engine_features(&self) -> [f64; ENGINE_FEATURES_MAX] {
