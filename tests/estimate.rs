@@ -543,6 +543,8 @@ fn models_that_asked_another_machines_engine_say_so() {
     let names = LayerType::Conv2d.feature_names();
     let here = EngineFeatures::for_layer(LayerType::Conv2d, &names).unwrap();
     let elsewhere = EngineFeatures { isa: "tract-linalg 0.23.9 OtherCpu".into(), ..here.clone() };
+    let other_caches = EngineFeatures { caches: "L2 1048576 B (shared by 1), last level none".into(), ..here.clone() };
+    assert!(here.applies() && !elsewhere.applies() && !other_caches.applies());
     let estimate = |engine: EngineFeatures| {
         let dir = setup(TINY);
         write_store(
@@ -562,7 +564,9 @@ fn models_that_asked_another_machines_engine_say_so() {
         v["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect()
     };
     let other = estimate(elsewhere);
-    assert!(notes(&other).iter().any(|n| n.contains("conv2d/latency (tract-linalg 0.23.9 OtherCpu)")), "{other}");
+    assert!(notes(&other).iter().any(|n| n.contains("conv2d/latency (tract-linalg 0.23.9 OtherCpu, L2")), "{other}");
+    let smaller_l2 = estimate(other_caches);
+    assert!(notes(&smaller_l2).iter().any(|n| n.contains("L2 1048576 B")), "{smaller_l2}");
     // The constant model ignores the appended features: the estimate itself is unchanged.
     let same = estimate(here);
     assert!(!notes(&same).iter().any(|n| n.contains("trained on")), "{same}");

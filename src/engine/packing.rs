@@ -24,6 +24,18 @@ pub fn host_isa() -> &'static str {
     ISA.get_or_init(|| format!("tract-linalg 0.23.9 {:?}", tract_linalg::isa::native()))
 }
 
+/// The cache sizes tract-linalg blocks its tile walk by here ([`TileWalk`]): models that see the walk record
+/// them, because another L2 or last-level cache gives other block edges on the same instruction set.
+pub fn host_caches() -> &'static str {
+    static CACHES: OnceLock<String> = OnceLock::new();
+    CACHES.get_or_init(|| {
+        let info = tract_linalg::cache::cache_info();
+        let llc = tract_linalg::cache::last_level_cache()
+            .map_or("none".to_string(), |(bytes, kind)| format!("{bytes} B {kind:?}"));
+        format!("L2 {} B (shared by {}), last level {llc}", info.l2, info.l2_sharers_or_one())
+    })
+}
+
 /// What tract-linalg's kernel dispatch answers for one f32 matmul shape: the packed weights' bytes and the
 /// chosen kernel's tile (`mr` rows by `nr` columns).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

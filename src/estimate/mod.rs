@@ -172,15 +172,16 @@ impl Estimator {
             .flat_map(|t| Metric::ALL.map(|m| (t, m)))
             .filter_map(|(t, m)| {
                 let engine = store.predictor(t, m)?.engine_features()?;
-                (!engine.applies()).then(|| format!("{t}/{m} ({})", engine.isa))
+                (!engine.applies()).then(|| format!("{t}/{m} ({})", engine.machine()))
             })
             .collect();
         let engine_note = (!elsewhere.is_empty()).then(|| {
             format!(
-                "models {} see how tract runs a layer on the machine they were trained on; this machine ({}) picks \
-                 other kernels, so their latency may be off",
+                "models {} see how tract runs a layer on the machine they were trained on; this machine ({}, {}) \
+                 picks other kernels or blocks by other caches, so their latency may be off",
                 elsewhere.join(", "),
-                crate::engine::packing::host_isa()
+                crate::engine::packing::host_isa(),
+                crate::engine::packing::host_caches()
             )
         });
         let mut estimator = Estimator::new(device, Method::Learned(store));

@@ -280,12 +280,14 @@ impl EngineWeights {
 /// [`crate::engine::packing::dense_engine_features`]: a dense layer's kernel tile). The hyperparameters only
 /// imply these through tract's decisions and the caches' sizes, as thresholds no few thousand samples pin down:
 /// a 3×3 convolution of 256 channels runs at a third of the speed of one with 384.
-/// Like [`EngineWeights`], they describe the machine the models were trained on (`isa`); elsewhere they are
-/// computed with that machine's answers replaced by this one's, which [`Self::applies`] tells.
+/// Like [`EngineWeights`], they describe the machine the models were trained on (`isa`, `caches`); elsewhere
+/// they are computed with that machine's answers replaced by this one's, which [`Self::applies`] tells.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EngineFeatures {
     /// tract's kernel instruction set where the models were trained.
     pub isa: String,
+    /// The cache sizes tract's tile walk was blocked by there ([`crate::engine::packing::host_caches`]).
+    pub caches: String,
     /// Where the layer's sizes are in its feature vector.
     pub shape: crate::engine::packing::PackedShape,
     /// Names of the appended features.
@@ -298,14 +300,20 @@ impl EngineFeatures {
         let shape = crate::engine::packing::PackedShape::for_layer(layer_type, feature_names)?;
         Some(EngineFeatures {
             isa: crate::engine::packing::host_isa().to_string(),
+            caches: crate::engine::packing::host_caches().to_string(),
             names: shape.engine_feature_names().iter().map(|n| n.to_string()).collect(),
             shape,
         })
     }
 
-    /// Whether the engine answers here as where the models were trained.
+    /// Whether the engine answers here as where the models were trained: same kernels, same cache sizes.
     pub fn applies(&self) -> bool {
-        self.isa == crate::engine::packing::host_isa()
+        self.isa == crate::engine::packing::host_isa() && self.caches == crate::engine::packing::host_caches()
+    }
+
+    /// What the models were trained on, as a note says it.
+    pub fn machine(&self) -> String {
+        format!("{}, {}", self.isa, self.caches)
     }
 
     /// The appended values (the first `names.len()`); zeros when the features do not describe a valid layer

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Bumped whenever the binary layout of model files or the manifest changes.
-pub const FORMAT_VERSION: u32 = 7;
+pub const FORMAT_VERSION: u32 = 8;
 
 /// Largest model file accepted (bounds allocations when decoding a corrupt file).
 const MAX_MODEL_BYTES: usize = 256 << 20;
