@@ -5,6 +5,12 @@
 //! resident weights are not the f32 weights: a dense layer of 129 units at batch 1 holds 256 rows of packed
 //! weights, twice its f32 size, and 145 rows at batch 8. No regressor on (units, batch) recovers that
 //! staircase from a few thousand samples, but the engine answers it exactly and in microseconds.
+//!
+//! The same questions decide speed: which kernel tile a product gets, how a convolution is lowered, and how
+//! tract's cache-blocked tile walk ([`TileWalk`]) revisits a lazy im2col's input. Latency models on the machine
+//! the data was measured on see those answers as features ([`ConvShape::engine_features`],
+//! [`dense_engine_features`]), because the hyperparameters imply them only through thresholds on cache and
+//! tile sizes that a few thousand samples do not pin down.
 
 use crate::layer::{LayerConfig, LayerType, Op};
 use serde::{Deserialize, Serialize};
