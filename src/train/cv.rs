@@ -100,6 +100,12 @@ fn suffix(log_features: bool, log_target: bool) -> &'static str {
 }
 
 impl Candidate {
+    /// `estimator` on the layer's features alone (log-transformed when `log_features`), fitted on the whole
+    /// target (its log when `log_target`); the `with_*` builders add the rest.
+    pub fn new(estimator: Arc<dyn Estimator>, log_features: bool, log_target: bool) -> Candidate {
+        Candidate { estimator, log_features, log_target, known: None, engine_features: None, per_unit: None }
+    }
+
     pub fn label(&self) -> String {
         format!("{}{}", self.estimator.describe(), self.suffix())
     }
@@ -235,14 +241,7 @@ pub fn default_candidates(seed: u64) -> Vec<Candidate> {
     for (estimator, feature_spaces) in estimators {
         for &log_features in feature_spaces {
             for log_target in [false, true] {
-                candidates.push(Candidate {
-                    estimator: estimator.clone(),
-                    log_features,
-                    log_target,
-                    known: None,
-                    engine_features: None,
-                    per_unit: None,
-                });
+                candidates.push(Candidate::new(estimator.clone(), log_features, log_target));
             }
         }
     }
@@ -459,15 +458,8 @@ mod tests {
         }
         let y: Vec<f64> = x.iter().map(|row| 1.0 + engine.values(row)[1]).collect();
         assert!(y.iter().any(|&v| v > 2.0 + 1.0), "some shapes re-gather B panels: {y:?}");
-        let candidate = Candidate {
-            estimator: Arc::new(DecisionTree::default().with_min_samples_leaf(1)),
-            log_features: false,
-            log_target: false,
-            known: None,
-            engine_features: None,
-            per_unit: None,
-        }
-        .with_engine_features(Some(engine.clone()));
+        let candidate = Candidate::new(Arc::new(DecisionTree::default().with_min_samples_leaf(1)), false, false)
+            .with_engine_features(Some(engine.clone()));
         assert!(candidate.label().contains("+engine"), "{}", candidate.label());
         let predictor = candidate.fit(&x, &y).unwrap();
         assert_eq!(predictor.engine_features(), Some(&engine));
@@ -513,15 +505,8 @@ mod tests {
         let x: Vec<Vec<f64>> =
             (0..60).map(|i| vec![(1000 * (1 + i % 20)) as f64 * 10f64.powi(i % 3), (i % 2) as f64]).collect();
         let y: Vec<f64> = x.iter().map(|r| r[0] / if r[1] > 0.5 { 4e3 } else { 1e3 }).collect();
-        let candidate = Candidate {
-            estimator: Arc::new(DecisionTree::default().with_min_samples_leaf(5)),
-            log_features: false,
-            log_target: true,
-            known: None,
-            engine_features: None,
-            per_unit: None,
-        }
-        .with_per_unit(Some(0));
+        let candidate = Candidate::new(Arc::new(DecisionTree::default().with_min_samples_leaf(5)), false, true)
+            .with_per_unit(Some(0));
         assert!(candidate.label().contains("+perunit"), "{}", candidate.label());
         let predictor = candidate.fit(&x, &y).unwrap();
         for (row, target) in x.iter().zip(&y) {
@@ -555,14 +540,9 @@ mod tests {
         let rest = |k: f64| 0.004 * (k - 1.5);
         let y: Vec<f64> = x.iter().map(|r| known.value(r) + rest(r[0])).collect();
         for log_target in [false, true] {
-            let candidate = Candidate {
-                estimator: Arc::new(DecisionTree::default().with_min_samples_leaf(1)),
-                log_features: false,
-                log_target,
-                known: Some(known.clone()),
-                engine_features: None,
-                per_unit: None,
-            };
+            let candidate =
+                Candidate::new(Arc::new(DecisionTree::default().with_min_samples_leaf(1)), false, log_target)
+                    .with_known_part(Some(known.clone()));
             assert!(candidate.label().contains("+rest"), "{}", candidate.label());
             let predictor = candidate.fit(&x, &y).unwrap();
             assert_eq!(predictor.known_part(), Some(&known));
