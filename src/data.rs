@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 pub const LEADING_COLUMNS: [&str; 3] = ["key", "layer_type", "config"];
 
 /// Columns after the features: measurements, spread statistics, status and provenance.
-pub const MEASUREMENT_COLUMNS: [&str; 18] = [
+pub const MEASUREMENT_COLUMNS: [&str; 19] = [
     "latency_ms",
     "latency_mad_ms",
     "latency_cv",
@@ -42,7 +42,12 @@ pub const MEASUREMENT_COLUMNS: [&str; 18] = [
     "engine",
     "threads",
     "timestamp",
+    "speed_ref_ms",
 ];
+
+/// Columns a file written before [`MEASUREMENT_COLUMNS`] gained `speed_ref_ms` has (its rows read with
+/// `speed_ref_ms` empty; [`SampleWriter::open`] upgrades such a file before appending to it).
+const LEGACY_MEASUREMENT_COLUMNS: usize = 18;
 
 /// The header of a data file for one layer type.
 pub fn header(layer_type: LayerType) -> Vec<String> {
@@ -122,6 +127,10 @@ pub struct Sample {
     pub threads: usize,
     /// UTC, RFC 3339.
     pub timestamp: String,
+    /// The collector's speed probe ([`crate::collect::speed`]) while this sample was timed: the median time of
+    /// one fixed reference convolution, in ms. On a machine whose speed drifts (a shared VM), latency divided by
+    /// it is comparable across minutes; `None` for rows collected without the probe.
+    pub speed_ref_ms: Option<f64>,
 }
 
 impl Sample {
@@ -157,6 +166,7 @@ impl Sample {
             engine: String::new(),
             threads: 0,
             timestamp: now_rfc3339(),
+            speed_ref_ms: None,
         })
     }
 
@@ -195,6 +205,7 @@ impl Sample {
             self.engine.clone(),
             self.threads.to_string(),
             self.timestamp.clone(),
+            opt(self.speed_ref_ms),
         ]);
         r
     }
@@ -210,7 +221,8 @@ impl Sample {
             format!("column 'layer_type': unknown layer type '{}' (known: {})", fields[1], LayerType::names_list())
         })?;
         let expected = self::header(layer_type);
-        if header != expected.as_slice() {
+        let legacy = &expected[..expected.len() - (MEASUREMENT_COLUMNS.len() - LEGACY_MEASUREMENT_COLUMNS)];
+        if header != expected.as_slice() && header != legacy {
             return Err(format!(
                 "the header does not match the columns of a {layer_type} file (feature names changed? expected: {})",
                 expected.join(",")
@@ -270,6 +282,10 @@ impl Sample {
             engine: get("engine")?.to_string(),
             threads: int("threads")? as usize,
             timestamp: get("timestamp")?.to_string(),
+            speed_ref_ms: match col("speed_ref_ms") {
+                Some(_) => num("speed_ref_ms")?,
+                None => None,
+            },
         })
     }
 }
@@ -284,6 +300,8 @@ struct Parsed {
     samples: Vec<Sample>,
     /// (byte offset, 1-based line, why) of an incomplete last record.
     damaged_tail: Option<(u64, u64, String)>,
+    /// The header predates the `speed_ref_ms` column.
+    legacy_header: bool,
 }
 
 fn parse_file(path: &Path, bytes: &[u8]) -> Result<Parsed> {
@@ -291,13 +309,17 @@ fn parse_file(path: &Path, bytes: &[u8]) -> Result<Parsed> {
     let mut records = reader.byte_records();
     let complete = bytes.ends_with(b"\n");
     let header: Vec<String> = match records.next() {
-        None => return Ok(Parsed { samples: vec![], damaged_tail: None }),
+        None => return Ok(Parsed { samples: vec![], damaged_tail: None, legacy_header: false }),
         Some(Err(e)) => return Err(Error::data(path, 1, format!("unreadable header: {e}"))),
         Some(Ok(rec)) => {
             let fields: Vec<String> = rec.iter().map(|f| String::from_utf8_lossy(f).into_owned()).collect();
             let is_only_line = !bytes.iter().take(bytes.len().saturating_sub(1)).any(|&b| b == b'\n');
             if is_only_line && !complete {
-                return Ok(Parsed { samples: vec![], damaged_tail: Some((0, 1, "incomplete header line".into())) });
+                return Ok(Parsed {
+                    samples: vec![],
+                    damaged_tail: Some((0, 1, "incomplete header line".into())),
+                    legacy_header: false,
+                });
             }
             if fields.get(..LEADING_COLUMNS.len()).is_none_or(|lead| lead != LEADING_COLUMNS) {
                 return Err(Error::data(
@@ -309,6 +331,7 @@ fn parse_file(path: &Path, bytes: &[u8]) -> Result<Parsed> {
             fields
         }
     };
+    let legacy_header = !header.iter().any(|h| h == "speed_ref_ms");
     let mut rows: Vec<(u64, u64, std::result::Result<Sample, String>)> = Vec::new();
     for rec in records {
         let (byte, line, parsed) = match rec {
@@ -340,7 +363,7 @@ fn parse_file(path: &Path, bytes: &[u8]) -> Result<Parsed> {
     for (_, line, parsed) in rows {
         samples.push(parsed.map_err(|why| Error::data(path, line, why))?);
     }
-    Ok(Parsed { samples, damaged_tail })
+    Ok(Parsed { samples, damaged_tail, legacy_header })
 }
 
 /// Read every sample of one data file. An incomplete last line (a crash during a write) is an error here: it is
@@ -422,9 +445,34 @@ impl SampleWriter {
             Err(e) => return Err(Error::io(path, e)),
         };
         let parsed = parse_file(path, &bytes)?;
+        let mut upgrade_note = None;
+        if parsed.legacy_header {
+            // Rows stay as they are, with an empty speed_ref_ms; the whole file is replaced at once, so an
+            // interruption leaves either the old file or the upgraded one. A torn last line is dropped here as
+            // the repair below would drop it.
+            let mut buf = csv::WriterBuilder::new().from_writer(Vec::new());
+            let encode = |e: csv::Error| Error::Invalid(format!("{}: cannot encode row: {e}", path.display()));
+            if let Some(first) = parsed.samples.first() {
+                buf.write_record(header(first.layer_type)).map_err(encode)?;
+            }
+            for s in &parsed.samples {
+                buf.write_record(s.to_record()).map_err(encode)?;
+            }
+            let upgraded = buf.into_inner().map_err(|e| Error::Invalid(format!("cannot encode rows: {e}")))?;
+            crate::error::write_atomic(path, &upgraded)?;
+            let torn = match &parsed.damaged_tail {
+                Some((_, line, why)) => format!("; removed the damaged last line {line} ({why}), measured again"),
+                None => String::new(),
+            };
+            upgrade_note = Some(format!(
+                "{}: upgraded to the current columns (added speed_ref_ms, empty for its {} existing rows){torn}",
+                path.display(),
+                parsed.samples.len()
+            ));
+        }
         let file = OpenOptions::new().create(true).append(true).open(path).map_err(|e| Error::io(path, e))?;
-        let mut repair_note = None;
-        if let Some((offset, line, why)) = &parsed.damaged_tail {
+        let mut repair_note = upgrade_note;
+        if let (false, Some((offset, line, why))) = (parsed.legacy_header, &parsed.damaged_tail) {
             let dropped = bytes.len() as u64 - offset;
             file.set_len(*offset).map_err(|e| Error::io(path, e))?;
             file.sync_all().map_err(|e| Error::io(path, e))?;
@@ -632,6 +680,38 @@ mod tests {
         let err = SampleWriter::open(&path).err().unwrap();
         assert!(matches!(err, Error::Data { line: 2, .. }), "{err}");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "nothing truncated");
+    }
+
+    #[test]
+    fn files_without_the_speed_column_read_and_are_upgraded_before_appending() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("conv2d.csv");
+        let mut w = SampleWriter::open(&path).unwrap();
+        let mut probed = sample(4);
+        probed.speed_ref_ms = Some(2.5);
+        w.append(&probed).unwrap();
+        w.append(&sample(8)).unwrap();
+        drop(w);
+        // The same rows as a file of the previous layout: without the last column.
+        let text = std::fs::read_to_string(&path).unwrap();
+        let legacy: String = text.lines().map(|l| format!("{}\n", &l[..l.rfind(',').unwrap()])).collect();
+        std::fs::write(&path, &legacy).unwrap();
+        let rows = read_samples(&path).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert!(rows.iter().all(|s| s.speed_ref_ms.is_none()));
+        assert_eq!(rows[0].latency_ms, Some(0.125));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), legacy, "reading changes nothing");
+        let mut w = SampleWriter::open(&path).unwrap();
+        assert!(w.repair_note().unwrap().contains("upgraded"), "{:?}", w.repair_note());
+        let mut third = sample(16);
+        third.speed_ref_ms = Some(2.5);
+        w.append(&third).unwrap();
+        drop(w);
+        let rows = read_samples(&path).unwrap();
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows.iter().map(|s| s.speed_ref_ms).collect::<Vec<_>>(), vec![None, None, Some(2.5)]);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().next().unwrap(), header(LayerType::Conv2d).join(","));
     }
 
     #[test]

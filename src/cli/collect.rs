@@ -158,6 +158,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             report.median_ratio,
             path.display()
         );
+        if let (Some(diff), Some(ratio)) =
+            (report.median_relative_difference_at_probe_speed, report.median_ratio_at_probe_speed)
+        {
+            println!(
+                "with each latency divided by its speed-probe reading ({} samples): median relative difference \
+                 {:.1}%, median new/stored ratio {ratio:.2}",
+                report.probed_samples,
+                100.0 * diff
+            );
+        }
         return Ok(());
     }
 

@@ -14,6 +14,7 @@ mod import;
 mod import_onnx;
 mod inspect;
 mod outliers;
+mod speed;
 mod train;
 mod validate;
 mod zoo;
@@ -60,6 +61,8 @@ enum Command {
     Validate(validate::Args),
     /// Flag layers whose measured time is far above prediction
     Outliers(outliers::Args),
+    /// Time the machine-speed probe and compare with the speed the device's data was collected at
+    Speed(speed::Args),
 }
 
 pub fn main() -> i32 {
@@ -78,6 +81,7 @@ pub fn main() -> i32 {
         Command::Calibrate(a) => calibrate::run(a),
         Command::Validate(a) => validate::run(a),
         Command::Outliers(a) => outliers::run(a),
+        Command::Speed(a) => speed::run(a),
     };
     match result {
         Ok(()) => 0,

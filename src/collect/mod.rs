@@ -10,6 +10,7 @@ pub mod alloc;
 pub mod profile;
 pub mod runner;
 pub mod sensors;
+pub mod speed;
 pub mod stats;
 
 pub use alloc::CountingAlloc;

@@ -68,6 +68,14 @@ pub struct Protocol {
     /// since their long runs already average out short disturbances.
     #[serde(default)]
     pub max_measure_s: Option<f64>,
+    /// Time the machine-speed probe (`collect::speed`) next to every sample and record it (`speed_ref_ms`),
+    /// so that training can take out the machine's speed drift.
+    #[serde(default = "yes")]
+    pub speed_probe: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

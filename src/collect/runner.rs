@@ -9,6 +9,7 @@
 use super::alloc;
 use super::profile::DeviceProfile;
 use super::sensors::{available_power_sensors, MemorySensor, Sensor};
+use super::speed::{median_reading, SpeedProbe};
 use super::stats::{quantile_sorted, spread};
 use crate::data::{self, Sample, SampleWriter, Status};
 use crate::engine::{Executor, Workload};
@@ -131,7 +132,14 @@ struct Meter<'a> {
     engine: String,
     memory: bool,
     power: Vec<Box<dyn Sensor>>,
+    /// `None` when the profile turns it off or it could not be built or run (`probe_lost` says why).
+    probe: Option<SpeedProbe>,
+    probe_lost: Option<String>,
 }
+
+/// How long a speed-probe reading stands for the machine's speed: at most one reading per this interval, so the
+/// probe (about 6 ms a reading) costs fast layers a few percent of the collection time.
+const PROBE_MAX_AGE: Duration = Duration::from_millis(250);
 
 /// One config of a group being measured.
 struct Unit {
@@ -142,7 +150,22 @@ struct Unit {
     /// Timed repetitions per round.
     repetitions: usize,
     times_ms: Vec<f64>,
+    /// The speed-probe reading around each timing (empty without a probe).
+    probe_ms: Vec<f64>,
     failure: Option<String>,
+}
+
+/// The probe time that a sample's latency corresponds to: its median latency divided by the median of the
+/// timings each divided by its own probe reading. Dividing the latency by it gives the median of the
+/// speed-normalised timings, so each timing is corrected by the speed of its own moment. `None` unless every
+/// timing has a reading.
+fn effective_probe_ms(latency_ms: f64, times_ms: &[f64], probe_ms: &[f64]) -> Option<f64> {
+    if times_ms.is_empty() || probe_ms.len() != times_ms.len() {
+        return None;
+    }
+    let relative: Vec<f64> = times_ms.iter().zip(probe_ms).map(|(t, p)| t / p).collect();
+    let relative = median_reading(&relative)?;
+    (relative > 0.0).then(|| latency_ms / relative)
 }
 
 fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
@@ -191,7 +214,32 @@ impl<'a> Meter<'a> {
                 Vec::new()
             }
         };
-        Meter { profile, executor, engine: executor.describe(), memory: memory.is_ok(), power }
+        let probe = if profile.protocol.speed_probe {
+            match SpeedProbe::new(executor, profile.protocol.burn_in_runs) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    observer.note(&format!("speed probe: unavailable ({e}); speed_ref_ms stays empty"));
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        Meter { profile, executor, engine: executor.describe(), memory: memory.is_ok(), power, probe, probe_lost: None }
+    }
+
+    /// A speed-probe reading (reused when younger than [`PROBE_MAX_AGE`]); `None` without a probe. A probe that
+    /// fails is dropped, and the collection goes on without it.
+    fn probe_reading(&mut self) -> Option<f64> {
+        let probe = self.probe.as_mut()?;
+        match probe.reading(PROBE_MAX_AGE) {
+            Ok(ms) => Some(ms),
+            Err(e) => {
+                self.probe = None;
+                self.probe_lost = Some(format!("speed probe: failed ({e}); later rows have no speed_ref_ms"));
+                None
+            }
+        }
     }
 
     fn timeout(&self) -> Duration {
@@ -202,7 +250,15 @@ impl<'a> Meter<'a> {
     fn prepare(&self, mut sample: Sample) -> Unit {
         sample.engine = self.engine.clone();
         sample.threads = self.profile.threads;
-        let mut unit = Unit { sample, workload: None, inner: 1, repetitions: 0, times_ms: Vec::new(), failure: None };
+        let mut unit = Unit {
+            sample,
+            workload: None,
+            inner: 1,
+            repetitions: 0,
+            times_ms: Vec::new(),
+            probe_ms: Vec::new(),
+            failure: None,
+        };
         let mut memory = MemorySensor::default();
         if self.memory && memory.start().is_err() {
             unit.failure = Some("memory sensor failed to start".into());
@@ -268,16 +324,24 @@ impl<'a> Meter<'a> {
         unit
     }
 
-    /// Timed rounds over the given units, interleaved: round by round, config by config.
-    fn timed_rounds(&self, units: &mut [Unit], which: &[usize]) {
-        let p = &self.profile.protocol;
-        for _round in 0..p.rounds {
+    /// Timed rounds over the given units, interleaved: round by round, config by config. With the speed probe,
+    /// each config's repetitions of a round are bracketed by probe readings, and each timing is paired with
+    /// their mean (`Unit::probe_ms`): on this VM the speed switches within a second, so a reading per group
+    /// would describe other moments than most of its timings.
+    fn timed_rounds(&mut self, units: &mut [Unit], which: &[usize]) {
+        let rounds = self.profile.protocol.rounds;
+        for _round in 0..rounds {
             for &i in which {
+                if units[i].workload.is_none() {
+                    continue;
+                }
+                let before = self.probe_reading();
                 let unit = &mut units[i];
                 let Some(workload) = unit.workload.as_mut() else { continue };
+                let mut times = Vec::with_capacity(unit.repetitions);
                 for _ in 0..unit.repetitions {
                     match run_guarded(workload.as_mut(), unit.inner) {
-                        Ok(t) => unit.times_ms.push(t.as_secs_f64() * 1e3 / unit.inner as f64),
+                        Ok(t) => times.push(t.as_secs_f64() * 1e3 / unit.inner as f64),
                         Err(why) => {
                             unit.failure = Some(why);
                             unit.workload = None;
@@ -285,6 +349,12 @@ impl<'a> Meter<'a> {
                         }
                     }
                 }
+                let after = self.probe_reading();
+                let unit = &mut units[i];
+                if let (Some(b), Some(a)) = (before, after) {
+                    unit.probe_ms.extend(std::iter::repeat_n((a + b) / 2.0, times.len()));
+                }
+                unit.times_ms.extend(times);
             }
         }
     }
@@ -328,6 +398,7 @@ impl<'a> Meter<'a> {
             .collect();
         for &i in &noisy {
             units[i].times_ms.clear();
+            units[i].probe_ms.clear();
         }
         self.timed_rounds(&mut units, &noisy);
         let mut out = Vec::with_capacity(units.len());
@@ -339,10 +410,12 @@ impl<'a> Meter<'a> {
                 s.status = Status::Failed;
                 s.reason = unit.failure.unwrap_or_else(|| "no timed repetition completed".into());
                 s.memory_mib = None;
+                s.speed_ref_ms = None;
                 out.push(s);
                 continue;
             };
             s.latency_ms = Some(sp.median);
+            s.speed_ref_ms = effective_probe_ms(sp.median, &unit.times_ms, &unit.probe_ms);
             s.latency_mad_ms = Some(sp.mad);
             s.latency_cv = Some(sp.cv);
             s.repetitions = sp.count as u64;
@@ -487,6 +560,9 @@ pub fn collect(
         let mut window: Vec<VecDeque<Sample>> = queue.drain(..take).collect();
         let batch: Vec<Sample> = window.iter_mut().filter_map(|g| g.pop_front()).collect();
         let results = meter.measure_group(batch);
+        if let Some(lost) = meter.probe_lost.take() {
+            observer.note(&lost);
+        }
         for (group, sample) in window.iter_mut().zip(&results) {
             writers
                 .get_mut(&sample.layer_type)
@@ -543,6 +619,12 @@ pub struct Remeasurement {
     pub p90_relative_difference: f64,
     /// Median of new / stored latency: far from 1 means the machine's load changed, not noise within a run.
     pub median_ratio: f64,
+    /// The same two figures with each latency divided by the speed-probe reading taken with it (samples whose
+    /// stored row has one): what is left once the machine's speed drift is taken out. `None` without such rows.
+    pub median_relative_difference_at_probe_speed: Option<f64>,
+    pub median_ratio_at_probe_speed: Option<f64>,
+    /// How many samples the two figures above are over.
+    pub probed_samples: usize,
     /// `/proc/loadavg` before and after the re-measurement (other processes compete for this machine's cores).
     pub load_average: (Option<String>, Option<String>),
 }
@@ -590,15 +672,23 @@ pub fn remeasure(
     observer.planned(chosen.len());
     let mut meter = Meter::new(profile, executor, observer);
     let mut samples = Vec::new();
+    let mut probed: Vec<(f64, f64)> = Vec::new();
     for group in chosen.chunks(profile.protocol.group_size) {
         let fresh: Vec<Sample> = group.iter().map(|s| Sample::unmeasured(&s.config)).collect::<Result<_>>()?;
         for (old, new) in group.iter().zip(meter.measure_group(fresh)) {
             observer.recorded(&new);
             if let (Some(a), Some(b)) = (old.latency_ms, new.latency_ms) {
                 samples.push((old.key.clone(), old.layer_type.to_string(), a, b, (b - a).abs() / a));
+                if let (Some(ra), Some(rb)) = (old.speed_ref_ms, new.speed_ref_ms) {
+                    probed.push((a / ra, b / rb));
+                }
             }
         }
     }
+    let median_of = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (!v.is_empty()).then(|| quantile_sorted(&v, 0.5))
+    };
     let mut rel: Vec<f64> = samples.iter().map(|s| s.4).collect();
     rel.sort_by(f64::total_cmp);
     let mut ratios: Vec<f64> = samples.iter().map(|s| s.3 / s.2).collect();
@@ -610,6 +700,9 @@ pub fn remeasure(
         median_relative_difference: quantile_sorted(&rel, 0.5),
         p90_relative_difference: quantile_sorted(&rel, 0.9),
         median_ratio: quantile_sorted(&ratios, 0.5),
+        median_relative_difference_at_probe_speed: median_of(probed.iter().map(|(a, b)| (b - a).abs() / a).collect()),
+        median_ratio_at_probe_speed: median_of(probed.iter().map(|(a, b)| b / a).collect()),
+        probed_samples: probed.len(),
         load_average: (load_before, load_average()),
     })
 }

@@ -1,0 +1,83 @@
+//! `perfmodel speed`: how fast this machine runs right now, by the collector's speed probe.
+//!
+//! On a shared machine a latency means little without the speed it was taken at. This times the probe
+//! (`collect::speed`) for a while and compares it with the nominal probe time of the device's collected data, so
+//! a user can tell a slow spell from a slow model before measuring anything.
+
+use super::default_dir;
+use perfmodel::collect::speed::{nominal_ms, SpeedProbe};
+use perfmodel::collect::DeviceProfile;
+use perfmodel::engine::TractExecutor;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Device whose engine settings (threads) and collected data to use
+    #[arg(long, default_value = perfmodel::estimate::DEFAULT_DEVICE)]
+    device: String,
+    /// How long to keep timing the probe
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Pause between readings, in ms
+    #[arg(long, default_value_t = 250)]
+    interval_ms: u64,
+    /// Print every reading, not only the summary
+    #[arg(long)]
+    each: bool,
+    /// Device profiles [default: ./collectors, else the shipped ones]
+    #[arg(long)]
+    collectors_dir: Option<PathBuf>,
+    /// Collected measurements [default: ./data, else the shipped data]
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.seconds.is_finite() && args.seconds > 0.0 && args.seconds <= 86_400.0,
+        "--seconds: expected a duration between 0 and 86400 s, got {}",
+        args.seconds
+    );
+    let collectors = args.collectors_dir.unwrap_or_else(|| default_dir("collectors"));
+    let profile = DeviceProfile::load(&collectors, &args.device)?;
+    let executor = TractExecutor::new(profile.threads)?;
+    let mut probe = SpeedProbe::new(&executor, profile.protocol.burn_in_runs)?;
+    let started = Instant::now();
+    let mut readings = Vec::new();
+    while readings.is_empty() || started.elapsed().as_secs_f64() < args.seconds {
+        let ms = probe.measure()?;
+        if args.each {
+            println!("{:>8.3} s  {ms:.4} ms", started.elapsed().as_secs_f64());
+        }
+        readings.push(ms);
+        std::thread::sleep(Duration::from_millis(args.interval_ms));
+    }
+    readings.sort_by(f64::total_cmp);
+    let q = |p: f64| perfmodel::collect::stats::quantile_sorted(&readings, p);
+    println!(
+        "speed probe on '{}': {} readings, median {:.3} ms (10th-90th percentile {:.3}-{:.3} ms)",
+        profile.name,
+        readings.len(),
+        q(0.5),
+        q(0.1),
+        q(0.9)
+    );
+    let data = args.data_dir.unwrap_or_else(|| default_dir("data"));
+    let nominal = perfmodel::data::read_device(&data, &profile.name)
+        .ok()
+        .and_then(|by_type| nominal_ms(by_type.values().flatten().filter_map(|s| s.speed_ref_ms)));
+    match nominal {
+        Some(n) => println!(
+            "nominal (median over the data in {}): {n:.3} ms; the machine runs at {:.2}x the nominal time now",
+            data.join(&profile.name).display(),
+            q(0.5) / n
+        ),
+        None => println!(
+            "no nominal speed: the data in {} has no speed-probe readings (collected before the probe, or not \
+             collected)",
+            data.join(&profile.name).display()
+        ),
+    }
+    Ok(())
+}

@@ -1,0 +1,123 @@
+//! The machine-speed probe: one fixed convolution, timed next to the measurements, so that latencies taken in
+//! different minutes can be compared.
+//!
+//! Why: the speed of this project's development machine (a 2-vCPU KVM guest whose cores are shared) swings by
+//! 1.4x within a minute: the same network measured 278 ms and, a minute later, 201 ms. A dataset collected over
+//! an hour mixes such spells into its targets (stored samples re-measured later differ by a median 16.5%), and a
+//! validation run lands in one of them. Re-measuring a few stored samples next to the runs helps less than it
+//! seems, because each stored time carries its own spell. A fixed workload timed next to every sample gives both
+//! sides one yardstick: the collector records it with every row (`speed_ref_ms`), training learns latency at the
+//! collection's median probe time (the *nominal* speed), and `validate`/`calibrate` time the same probe between
+//! their rounds. A drift experiment on this machine (2026-11-22) found that dividing by an adjacent compute-bound
+//! reference halves the noise of compute-bound convolutions (robust CV 14.7% -> 6.3%), which is where networks
+//! spend their time; memory-bound layers do not follow it, so the probe is a correction for compute, not a
+//! universal clock.
+
+use super::stats::quantile_sorted;
+use crate::engine::{Executor, Workload};
+use crate::error::{Error, Result};
+use crate::layer::LayerConfig;
+use std::time::{Duration, Instant};
+
+/// The probe: a 3x3 convolution, 128 -> 128 channels on 14x14, batch 1 (58 MFLOP, about 2 ms with tract on one
+/// core of the development machine). Its weights (576 KiB) fit in L2, so it measures the core's speed rather than
+/// a cache regime of the engine.
+pub const PROBE_CONFIG: &str = r#"{"activation":"relu","batch_size":1,"dilation":[1,1],"filters":128,"groups":1,"input_shapes":[[128,14,14]],"kernel":[3,3],"padding":"same","strides":[1,1],"type":"conv2d","use_bias":true}"#;
+
+/// Timed runs per reading; the reading is their median.
+const RUNS_PER_READING: usize = 3;
+
+/// The probe's layer config.
+pub fn probe_config() -> LayerConfig {
+    let json: serde_json::Value = serde_json::from_str(PROBE_CONFIG).expect("PROBE_CONFIG is valid JSON");
+    LayerConfig::from_json(&json).expect("PROBE_CONFIG is a valid conv2d config")
+}
+
+/// The probe's key ([`LayerConfig::key`]): stored with trained models, so a store and a measurement that used
+/// different probes are never compared.
+pub fn probe_key() -> String {
+    probe_config().key().expect("PROBE_CONFIG has a key")
+}
+
+/// The built probe, with the readings taken so far.
+pub struct SpeedProbe {
+    workload: Box<dyn Workload>,
+    /// When the last reading was taken, and its value (ms).
+    last: Option<(Instant, f64)>,
+}
+
+impl SpeedProbe {
+    /// Build the probe with `executor` and run it `burn_in` times (at least once).
+    pub fn new(executor: &dyn Executor, burn_in: usize) -> Result<SpeedProbe> {
+        let mut workload = executor
+            .prepare_layer(&probe_config())
+            .map_err(|e| Error::Executor(format!("building the speed probe ({PROBE_CONFIG}): {e}")))?;
+        for _ in 0..burn_in.max(1) {
+            workload.run()?;
+        }
+        Ok(SpeedProbe { workload, last: None })
+    }
+
+    /// Time the probe now: the median of a few runs, in ms.
+    pub fn measure(&mut self) -> Result<f64> {
+        let mut times = [0.0; RUNS_PER_READING];
+        for t in &mut times {
+            let started = Instant::now();
+            self.workload.run()?;
+            *t = started.elapsed().as_secs_f64() * 1e3;
+        }
+        times.sort_by(f64::total_cmp);
+        let ms = times[RUNS_PER_READING / 2];
+        self.last = Some((Instant::now(), ms));
+        Ok(ms)
+    }
+
+    /// The last reading if it is younger than `max_age`, else a new one: keeps the probe's share of a
+    /// collection of fast layers small (one reading per `max_age` at most).
+    pub fn reading(&mut self, max_age: Duration) -> Result<f64> {
+        match self.last {
+            Some((at, ms)) if at.elapsed() < max_age => Ok(ms),
+            _ => self.measure(),
+        }
+    }
+}
+
+/// The nominal probe time of a dataset: the median of its rows' `speed_ref_ms`, `None` when no row has one.
+pub fn nominal_ms(readings: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let mut v: Vec<f64> = readings.into_iter().filter(|x| x.is_finite() && *x > 0.0).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some(quantile_sorted(&v, 0.5))
+}
+
+/// Median of the readings taken while something was measured.
+pub fn median_reading(readings: &[f64]) -> Option<f64> {
+    nominal_ms(readings.iter().copied())
+}
+
+/// A latency measured at probe time `probe_ms`, brought to the speed at which the probe takes `nominal_ms`.
+pub fn at_nominal_speed(latency_ms: f64, probe_ms: f64, nominal_ms: f64) -> f64 {
+    latency_ms * nominal_ms / probe_ms
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_config_is_a_plain_conv() {
+        let c = probe_config();
+        assert_eq!(c.layer_type(), crate::layer::LayerType::Conv2d);
+        assert_eq!(c.batch, 1);
+        assert_eq!(probe_key(), probe_key());
+    }
+
+    #[test]
+    fn nominal_is_the_median_of_finite_positive_readings() {
+        assert_eq!(nominal_ms([3.0, 1.0, 2.0, f64::NAN, 0.0]), Some(2.0));
+        assert_eq!(nominal_ms([]), None);
+        assert_eq!(at_nominal_speed(10.0, 2.5, 2.0), 8.0);
+    }
+}
