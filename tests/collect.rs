@@ -144,6 +144,8 @@ fn small_collection_writes_valid_rows_and_says_power_is_unavailable_once() {
         assert_eq!(sample.features, sample.config.features().unwrap());
         assert!(sample.engine.starts_with("tract ") && sample.threads == 1);
         assert!(sample.output_bytes > 0);
+        // The speed probe ran around every config's repetitions (on by default).
+        assert!(sample.speed_ref_ms.is_some_and(|ms| ms > 0.0), "{sample:?}");
     }
     let header = std::fs::read_to_string(s.path("data/tiny/dense.csv")).unwrap();
     assert_eq!(header.lines().next().unwrap(), data::header(LayerType::Dense).join(","));
@@ -162,6 +164,9 @@ fn small_collection_writes_valid_rows_and_says_power_is_unavailable_once() {
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(s.path("data/tiny/repeatability.json")).unwrap()).unwrap();
     assert_eq!(report["samples"].as_array().unwrap().len(), 3);
+    assert_eq!(report["probed_samples"], 3, "{report}");
+    assert!(report["median_relative_difference_at_probe_speed"].as_f64().is_some(), "{report}");
+    assert!(report["samples"][0]["new_probe_ms"].as_f64().unwrap() > 0.0, "{report}");
     assert!(
         report["p90_relative_difference"].as_f64().unwrap() >= report["median_relative_difference"].as_f64().unwrap()
     );
@@ -184,8 +189,12 @@ fn power_from_a_meter_command_covers_the_sensor_window() {
         assert!((energy - 7.5 * sample.latency_ms.unwrap()).abs() < 1e-9, "{energy}");
     }
     let none = Setup::with_power(&small_mix()[..2], 5.0, &format!("subset_fraction = 0.0\n{power}"));
+    // ... and without the speed probe.
+    let profile = none.path("collectors/tiny.toml");
+    let text = std::fs::read_to_string(&profile).unwrap().replace("max_cv = 0.5\n", "max_cv = 0.5\nspeed_probe = false\n");
+    std::fs::write(&profile, text).unwrap();
     assert!(none.run(&[]).status.success());
-    assert!(none.rows("data/tiny").into_values().flatten().all(|s| s.power_w.is_none()));
+    assert!(none.rows("data/tiny").into_values().flatten().all(|s| s.power_w.is_none() && s.speed_ref_ms.is_none()));
 }
 
 #[test]

@@ -29,6 +29,7 @@ fn write_store(models_dir: &Path, device: &str, predictors: Vec<(LayerType, Metr
         feature_names: BTreeMap::new(),
         data_hash: String::new(),
         models: Vec::new(),
+        speed_probe: None,
     };
     let mut files = Vec::new();
     for (t, m, p) in predictors {
@@ -345,14 +346,34 @@ fn validate_and_outliers_benchmark_the_network_for_real() {
     assert!(close(n["latency_error_pct"].as_f64().unwrap(), 100.0 * (predicted - measured) / measured));
     assert!(close(v["median_abs_latency_error_pct"].as_f64().unwrap(), n["latency_error_pct"].as_f64().unwrap().abs()));
     assert!(n["measured_peak_memory_mib"].as_f64().unwrap() > 0.0);
-    // No collected data for this device: no machine-speed reference, said on stderr, not an error.
-    assert!(v["machine_speed_ratio"].is_null(), "{v}");
+    // The models carry no nominal speed-probe time: no errors at nominal speed, said on stderr, not an error.
+    assert!(v["speed_probe"].is_null() && n["latency_error_at_nominal_pct"].is_null(), "{v}");
     // Each network's memory is measured as in a fresh process: a bigger network run first in the same process
     // (growing tract's per-thread scratch) does not make the tiny one look smaller than `bench` alone finds it.
     std::fs::write(dir.path().join("big.json"), RESIDUAL.replace("[2, 8, 8]", "[2, 64, 64]")).unwrap();
+    // This time the models say their latencies hold at a probe time of 2 ms: the probe runs between the rounds
+    // and each network's rounds are brought to that speed.
+    let manifest_path = dir.path().join("models/dev/manifest.json");
+    let mut manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
+    manifest["speed_probe"] = serde_json::json!({
+        "probe_key": perfmodel::collect::speed::probe_key(), "nominal_ms": 2.0, "probed_rows": 1, "rows": 1
+    });
+    std::fs::write(&manifest_path, serde_json::to_string(&manifest).unwrap()).unwrap();
     let mut args = vec!["validate", "big.json", "net.json", "--device", "dev", "--rounds", "1", "--format", "json"];
     args.extend(DIRS);
     let both = json_of(&perfmodel(dir.path(), &args));
+    let probe = &both["speed_probe"];
+    assert_eq!(probe["readings"], 4, "right before and right after each network's timed run: {both}");
+    assert!(close(probe["ratio"].as_f64().unwrap(), probe["median_ms"].as_f64().unwrap() / 2.0), "{both}");
+    let tiny = &both["networks"][1];
+    // conv2d, max_pool2d and dense follow the probe, the bandwidth-priced cheap layers do not.
+    let following = (2.0 + 0.5 + 1.29) / tiny["predicted_latency_ms"].as_f64().unwrap();
+    assert!(close(tiny["probe_following_share"].as_f64().unwrap(), following), "{tiny}");
+    let at_nominal = tiny["measured_latency_at_nominal_ms"].as_f64().unwrap();
+    let predicted = tiny["predicted_latency_ms"].as_f64().unwrap();
+    assert!(close(tiny["latency_error_at_nominal_pct"].as_f64().unwrap(), 100.0 * (predicted - at_nominal) / at_nominal));
+    assert!(both["median_abs_latency_error_at_nominal_pct"].as_f64().is_some(), "{both}");
     let bench =
         json_of(&perfmodel(dir.path(), &["bench", "net.json", "--rounds", "1", "--device", "dev", "--format", "json"]));
     assert_eq!(both["networks"][1]["network"], "tiny");
@@ -508,8 +529,6 @@ fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
         "1",
         "--warmup",
         "0",
-        "--reference-samples",
-        "6",
     ];
     args.extend(nets.iter().map(String::as_str));
     args.extend(["--format", "json"]);
@@ -520,7 +539,7 @@ fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
         assert!(n["measured_latency_ms"].as_f64().unwrap() > 0.0 && n["executing_layers"].as_u64().unwrap() > 0);
     }
     assert!(v["correction"]["latency_scale"].as_f64().unwrap() > 0.0);
-    // The shipped data of `local` serves as the machine-speed reference.
+    // The shipped models carry the nominal speed-probe time of their data: the probe ran between the rounds.
     assert!(v["machine_speed_ratio"].as_f64().unwrap() > 0.0, "{v}");
     assert!(models.join("calibration.json").is_file());
     let estimate = json_of(&perfmodel(

@@ -2,10 +2,11 @@
 //! architectures (see `perfmodel::estimate::calibration` for why and what is fitted).
 
 use super::default_dir;
-use super::validate::bench_with_speed_reference;
+use super::validate::{bench_with_speed_probe, nominal_probe_ms};
 use anyhow::Context;
 use perfmodel::collect::profile::DeviceProfile;
 use perfmodel::estimate::calibration::{models_fingerprint, Calibration, CalibrationPoint, MIN_NETWORKS};
+use perfmodel::estimate::validate::{NetworkError, Validation};
 use perfmodel::estimate::{Dirs, Estimator, Method, DEFAULT_DEVICE};
 use perfmodel::Network;
 use std::path::{Path, PathBuf};
@@ -32,16 +33,17 @@ pub struct Args {
     /// Untimed warm-up runs per network
     #[arg(long, default_value_t = 2)]
     warmup: usize,
-    /// Stored single-layer samples re-measured before and after the runs (half each): the measured network
-    /// times are divided by the machine's speed ratio of the moment (new / stored), so the calibration holds
-    /// the network-level effect only, not how busy a shared machine happened to be (0 = no correction)
-    #[arg(long, default_value_t = 40)]
-    reference_samples: usize,
+    /// Do not time the speed probe between the rounds. With it, each round's time is brought to the nominal
+    /// speed of the models' data (the share of the network in layer types that follow the probe), so the
+    /// calibration holds the network-level effect only, not how busy a shared machine happened to be
+    #[arg(long)]
+    no_speed_probe: bool,
     /// Fit only the peak-memory correction, from one run per network (memory does not depend on the machine's
     /// speed; on a shared VM whose speed drifts by ±30% a latency fit learns the drift, not the networks)
     #[arg(long)]
     memory_only: bool,
-    /// Collected data of the device, for the reference samples [default: ./data, else the shipped data]
+    /// Collected data of the device, for `--method template`-style lookups of the estimator [default: ./data,
+    /// else the shipped data]
     #[arg(long)]
     data_dir: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -90,16 +92,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let nets = nets.iter().map(Network::load).collect::<perfmodel::Result<Vec<Network>>>()?;
     eprintln!("running {} networks, {} interleaved rounds each", nets.len(), args.rounds);
-    let (reference, rounds, warmup) =
-        if args.memory_only { (0, 1, 0) } else { (args.reference_samples, args.rounds as usize, args.warmup) };
-    let (profiles, measured_speed) = bench_with_speed_reference(&nets, &profile, &data, reference, rounds, warmup)?;
-    if let Some(speed) = measured_speed {
-        eprintln!("machine speed now: stored layers re-measured at {speed:.2}x their collected time");
+    let (rounds, warmup) = if args.memory_only { (1, 0) } else { (args.rounds as usize, args.warmup) };
+    let nominal = if args.memory_only || args.no_speed_probe { None } else { nominal_probe_ms(Some(store)) };
+    let (profiles, readings) = bench_with_speed_probe(&nets, &profile, nominal.is_some(), rounds, warmup)?;
+    let estimates = nets.iter().map(|n| estimator.estimate(n)).collect::<perfmodel::Result<Vec<_>>>()?;
+    let mut at_nominal = Validation::new(&args.device, "learned", {
+        estimates.iter().zip(&profiles).map(|(e, m)| NetworkError::new(e, m)).collect()
+    });
+    if let Some(nominal) = nominal.filter(|_| !readings.is_empty()) {
+        at_nominal = at_nominal.with_speed_probe(nominal, &readings, &estimates, &profiles);
+        if let Some(p) = &at_nominal.speed_probe {
+            eprintln!("machine speed: probe at {:.2}x the nominal time of the models' data", p.ratio);
+        }
     }
-    let speed = measured_speed.unwrap_or(1.0);
     let mut points = Vec::with_capacity(nets.len());
-    for (net, measured) in nets.iter().zip(&profiles) {
-        let estimate = estimator.estimate(net)?;
+    for (((net, measured), estimate), row) in nets.iter().zip(&profiles).zip(&estimates).zip(&at_nominal.networks) {
         eprintln!(
             "{}: measured {:.3} ms / {:.2} MiB, predicted {:.3} ms / {:.2} MiB",
             net.name,
@@ -112,7 +119,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             network: net.name.clone(),
             executing_layers: estimate.executing_layers(),
             weighted_layers: estimate.weighted_layers(),
-            measured_latency_ms: measured.total.latency_ms / speed,
+            measured_latency_ms: row.measured_latency_at_nominal_ms.unwrap_or(measured.total.latency_ms),
             predicted_latency_ms: estimate.total.latency_ms,
             measured_peak_memory_mib: measured.total.peak_memory_mib,
             predicted_peak_memory_mib: estimate.total.peak_memory_mib,
@@ -122,7 +129,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.memory_only {
         calibration = calibration.memory_only();
     }
-    calibration.machine_speed_ratio = measured_speed;
+    calibration.machine_speed_ratio = at_nominal.speed_probe.as_ref().map(|p| p.ratio);
     let path = calibration.save(&models)?;
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&calibration)?),

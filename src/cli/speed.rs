@@ -5,7 +5,7 @@
 //! a user can tell a slow spell from a slow model before measuring anything.
 
 use super::default_dir;
-use perfmodel::collect::speed::{nominal_ms, SpeedProbe};
+use perfmodel::collect::speed::{nominal_ms, probe_key, SpeedProbe};
 use perfmodel::collect::DeviceProfile;
 use perfmodel::engine::TractExecutor;
 use std::path::PathBuf;
@@ -28,7 +28,11 @@ pub struct Args {
     /// Device profiles [default: ./collectors, else the shipped ones]
     #[arg(long)]
     collectors_dir: Option<PathBuf>,
-    /// Collected measurements [default: ./data, else the shipped data]
+    /// Trained models, whose nominal probe time is compared with [default: ./models, else the shipped models]
+    #[arg(long)]
+    models_dir: Option<PathBuf>,
+    /// Collected measurements, for the nominal time when there are no trained models [default: ./data, else
+    /// the shipped data]
     #[arg(long)]
     data_dir: Option<PathBuf>,
 }
@@ -63,19 +67,26 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         q(0.1),
         q(0.9)
     );
+    let models = args.models_dir.unwrap_or_else(|| default_dir("models"));
     let data = args.data_dir.unwrap_or_else(|| default_dir("data"));
-    let nominal = perfmodel::data::read_device(&data, &profile.name)
+    let from_models = perfmodel::train::store::ModelStore::open(&models, &profile.name)
         .ok()
-        .and_then(|by_type| nominal_ms(by_type.values().flatten().filter_map(|s| s.speed_ref_ms)));
+        .and_then(|store| store.manifest().speed_probe.clone())
+        .filter(|n| n.probe_key == probe_key())
+        .map(|n| (n.nominal_ms, format!("the training data of the models in {}", models.join(&profile.name).display())));
+    let nominal = from_models.or_else(|| {
+        let by_type = perfmodel::data::read_device(&data, &profile.name).ok()?;
+        let n = nominal_ms(by_type.values().flatten().filter_map(|s| s.speed_ref_ms))?;
+        Some((n, format!("the data in {}", data.join(&profile.name).display())))
+    });
     match nominal {
-        Some(n) => println!(
-            "nominal (median over the data in {}): {n:.3} ms; the machine runs at {:.2}x the nominal time now",
-            data.join(&profile.name).display(),
+        Some((n, source)) => println!(
+            "nominal: {n:.3} ms (the median reading over {source}); the machine runs at {:.2}x the nominal time now",
             q(0.5) / n
         ),
         None => println!(
-            "no nominal speed: the data in {} has no speed-probe readings (collected before the probe, or not \
-             collected)",
+            "no nominal speed: neither the models in {} nor the data in {} have speed-probe readings",
+            models.join(&profile.name).display(),
             data.join(&profile.name).display()
         ),
     }

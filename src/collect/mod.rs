@@ -16,5 +16,5 @@ pub mod stats;
 pub use alloc::CountingAlloc;
 pub use profile::{DeviceProfile, Protocol, SensorSpec};
 pub use runner::{
-    collect, is_speed_reference, remeasure, CollectOptions, Observer, Remeasurement, Shard, Summary, TypeSummary,
+    collect, remeasure, CollectOptions, Observer, Remeasured, Remeasurement, Shard, Summary, TypeSummary,
 };

@@ -325,9 +325,10 @@ impl<'a> Meter<'a> {
     }
 
     /// Timed rounds over the given units, interleaved: round by round, config by config. With the speed probe,
-    /// each config's repetitions of a round are bracketed by probe readings, and each timing is paired with
-    /// their mean (`Unit::probe_ms`): on this VM the speed switches within a second, so a reading per group
-    /// would describe other moments than most of its timings.
+    /// each config's repetitions of a round are bracketed by probe readings (a reading younger than
+    /// [`PROBE_MAX_AGE`] is reused, so fast configs share them), and each timing is paired with their mean
+    /// (`Unit::probe_ms`): on this VM the speed switches within a second, so a reading per group would describe
+    /// other moments than most of its timings.
     fn timed_rounds(&mut self, units: &mut [Unit], which: &[usize]) {
         let rounds = self.profile.protocol.rounds;
         for _round in 0..rounds {
@@ -608,19 +609,33 @@ pub fn collect(
     })
 }
 
+/// One stored sample measured again.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Remeasured {
+    pub key: String,
+    pub layer_type: String,
+    pub stored_ms: f64,
+    pub new_ms: f64,
+    /// |new - stored| / stored.
+    pub relative_difference: f64,
+    /// The speed-probe reading of each measurement (`speed_ref_ms`), when there was one.
+    pub stored_probe_ms: Option<f64>,
+    pub new_probe_ms: Option<f64>,
+}
+
 /// Repeatability check: stored samples measured again in this (fresh) process.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Remeasurement {
     pub device: String,
     pub timestamp: String,
-    /// (key, layer type, stored latency ms, new latency ms, relative difference |new - old| / old).
-    pub samples: Vec<(String, String, f64, f64, f64)>,
+    pub samples: Vec<Remeasured>,
     pub median_relative_difference: f64,
     pub p90_relative_difference: f64,
     /// Median of new / stored latency: far from 1 means the machine's load changed, not noise within a run.
     pub median_ratio: f64,
-    /// The same two figures with each latency divided by the speed-probe reading taken with it (samples whose
-    /// stored row has one): what is left once the machine's speed drift is taken out. `None` without such rows.
+    /// The same two figures with each latency divided by the speed-probe reading taken with it, over the samples
+    /// of layer types that follow the probe (`speed::follows_probe`) whose stored row has a reading: what is
+    /// left once the machine's speed drift is taken out, as training does. `None` without such rows.
     pub median_relative_difference_at_probe_speed: Option<f64>,
     pub median_ratio_at_probe_speed: Option<f64>,
     /// How many samples the two figures above are over.
@@ -631,18 +646,6 @@ pub struct Remeasurement {
 
 fn load_average() -> Option<String> {
     std::fs::read_to_string("/proc/loadavg").ok().map(|s| s.trim().to_string())
-}
-
-/// Which stored samples tell how fast whole networks run: single-item convolutions and dense layers of 1 to
-/// 100 ms, where a network spends its time. Tiny layers are dominated by fixed costs that a slow spell of this VM
-/// hardly changes: 80 random samples re-measured at 10:16 UTC on 2026-11-22 took a median 0.97x their stored
-/// time under 0.1 ms (13 samples) and 1.11x at 1-10 ms (26 samples), so a median over all samples understates
-/// how much slower a network runs.
-pub fn is_speed_reference(sample: &Sample) -> bool {
-    use crate::layer::LayerType;
-    matches!(sample.layer_type, LayerType::Conv2d | LayerType::DepthwiseConv2d | LayerType::Dense)
-        && sample.config.batch == 1
-        && sample.latency_ms.is_some_and(|ms| (1.0..=100.0).contains(&ms))
 }
 
 /// Measure `count` random stored `ok` samples of the device again (same protocol, interleaved groups) and compare
@@ -678,8 +681,18 @@ pub fn remeasure(
         for (old, new) in group.iter().zip(meter.measure_group(fresh)) {
             observer.recorded(&new);
             if let (Some(a), Some(b)) = (old.latency_ms, new.latency_ms) {
-                samples.push((old.key.clone(), old.layer_type.to_string(), a, b, (b - a).abs() / a));
-                if let (Some(ra), Some(rb)) = (old.speed_ref_ms, new.speed_ref_ms) {
+                samples.push(Remeasured {
+                    key: old.key.clone(),
+                    layer_type: old.layer_type.to_string(),
+                    stored_ms: a,
+                    new_ms: b,
+                    relative_difference: (b - a).abs() / a,
+                    stored_probe_ms: old.speed_ref_ms,
+                    new_probe_ms: new.speed_ref_ms,
+                });
+                if let (Some(ra), Some(rb), true) =
+                    (old.speed_ref_ms, new.speed_ref_ms, super::speed::follows_probe(old.layer_type))
+                {
                     probed.push((a / ra, b / rb));
                 }
             }
@@ -689,9 +702,9 @@ pub fn remeasure(
         v.sort_by(f64::total_cmp);
         (!v.is_empty()).then(|| quantile_sorted(&v, 0.5))
     };
-    let mut rel: Vec<f64> = samples.iter().map(|s| s.4).collect();
+    let mut rel: Vec<f64> = samples.iter().map(|s| s.relative_difference).collect();
     rel.sort_by(f64::total_cmp);
-    let mut ratios: Vec<f64> = samples.iter().map(|s| s.3 / s.2).collect();
+    let mut ratios: Vec<f64> = samples.iter().map(|s| s.new_ms / s.stored_ms).collect();
     ratios.sort_by(f64::total_cmp);
     Ok(Remeasurement {
         device: profile.name.clone(),

@@ -56,6 +56,9 @@ pub struct TotalProfile {
     /// null without the counting allocator.
     #[serde(default)]
     pub resident_memory_mib: Option<f64>,
+    /// Every timed round's latency, in the order they ran (the median of these is `latency_ms`).
+    #[serde(default)]
+    pub round_latency_ms: Vec<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -88,8 +91,10 @@ pub fn profile_networks(
     profile_networks_between(networks, executor, rounds, warmup, &mut |_| Ok(()))
 }
 
-/// [`profile_networks`], calling `between(round)` after each round: a side measurement taken in step with the
-/// networks (such as how fast the machine runs) sees the same spells of the machine they do.
+/// [`profile_networks`], calling `between(2k)` right before and `between(2k + 1)` right after the timed run `k`
+/// (`k = round * networks + network`; the instrumented per-node run of that round follows it): a side
+/// measurement taken in step with the networks (such as how fast the machine runs) sees the same moments of the
+/// machine as each timed run, which it brackets.
 pub fn profile_networks_between(
     networks: &[Network],
     executor: &TractExecutor,
@@ -104,11 +109,15 @@ pub fn profile_networks_between(
         .iter()
         .map(|n| NetworkBench::new(executor, n, rounds, warmup))
         .collect::<Result<Vec<NetworkBench>>>()?;
-    for round in 0..rounds {
+    let mut step = 0;
+    for _round in 0..rounds {
         for bench in &mut benches {
-            bench.round()?;
+            between(step)?;
+            bench.timed_run()?;
+            between(step + 1)?;
+            bench.instrumented_run()?;
+            step += 2;
         }
-        between(round)?;
     }
     benches.into_iter().map(|b| b.finish(executor)).collect()
 }
@@ -204,11 +213,16 @@ impl<'a> NetworkBench<'a> {
     }
 
     /// One timed plain run and one instrumented run.
-    fn round(&mut self) -> Result<()> {
+    /// One timed whole-network run.
+    fn timed_run(&mut self) -> Result<()> {
         let start = Instant::now();
         self.workload.run_outputs()?;
         self.totals.push(start.elapsed().as_secs_f64() * 1e3);
+        Ok(())
+    }
 
+    /// One run timed node by node (the per-layer times).
+    fn instrumented_run(&mut self) -> Result<()> {
         let node_ms = self.workload.run_timed_nodes()?;
         let mut layer_ms = vec![0.0; self.network.layers.len()];
         let mut lost = 0.0;
@@ -229,6 +243,7 @@ impl<'a> NetworkBench<'a> {
         let network = self.network;
         let weight_bytes: u64 = network.analyze()?.costs.iter().map(|c| c.weight_elems * 4).sum();
         let planned_bytes = weight_bytes + self.workload.planned_activation_peak_bytes()?;
+        let round_latency_ms = self.totals.clone();
         let totals = &mut self.totals;
         Ok(NetworkProfile {
             network: network.name.clone(),
@@ -248,6 +263,7 @@ impl<'a> NetworkBench<'a> {
                     "planned (no counting allocator in this process)".into()
                 },
                 planned_memory_mib: planned_bytes as f64 / MIB,
+                round_latency_ms,
                 resident_memory_mib: self.memory.resident_bytes.map(|b| b as f64 / MIB),
             },
             layers: network

@@ -99,8 +99,9 @@ pub struct Calibration {
     /// Only the memory correction was fitted (latency scale 1, 0 ms per layer): memory is deterministic, while
     /// on a machine whose speed drifts a latency fit would learn the drift.
     pub memory_only: bool,
-    /// The machine's speed during the runs relative to when the device's data was collected (median new/stored
-    /// latency of re-measured samples); the networks' measured latencies are divided by it. `None`: not measured.
+    /// The machine's speed during the runs relative to the nominal speed of the models' data: the median speed
+    /// probe reading over the nominal one (`collect::speed`); each round of the networks was brought to the
+    /// nominal speed by its own reading. `None`: not measured.
     pub machine_speed_ratio: Option<f64>,
     pub networks: Vec<CalibrationPoint>,
 }

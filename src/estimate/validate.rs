@@ -2,6 +2,7 @@
 //! measured, with the relative errors and their medians. This is the product's acceptance test on a device (the
 //! issue's targets: every network within ±10 % latency, median ≤ 5 %, peak memory within 1 %).
 
+use crate::collect::speed::{follows_probe, median_reading as median_of, network_latency_at_nominal};
 use crate::collect::stats::quantile_sorted;
 use crate::engine::NetworkProfile;
 use crate::estimate::Estimate;
@@ -19,6 +20,12 @@ pub struct NetworkError {
     pub memory_error_pct: f64,
     /// Layers nothing could predict (their time is missing from the prediction).
     pub uncovered_layers: usize,
+    /// The measured latency brought to the nominal speed of the device's data (see
+    /// [`Validation::with_speed_probe`]); null without a speed probe.
+    pub measured_latency_at_nominal_ms: Option<f64>,
+    pub latency_error_at_nominal_pct: Option<f64>,
+    /// Share of the predicted layer time in layer types that follow the probe ([`follows_probe`]).
+    pub probe_following_share: Option<f64>,
 }
 
 impl NetworkError {
@@ -33,8 +40,22 @@ impl NetworkError {
             predicted_peak_memory_mib: estimate.total.peak_memory_mib,
             memory_error_pct: pct(estimate.total.peak_memory_mib, measured.total.peak_memory_mib),
             uncovered_layers: estimate.uncovered.len(),
+            measured_latency_at_nominal_ms: None,
+            latency_error_at_nominal_pct: None,
+            probe_following_share: None,
         }
     }
+}
+
+/// The speed probe during a validation, against the nominal probe time of the models' training data.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProbeSpeed {
+    pub nominal_ms: f64,
+    /// Median of the readings taken between the rounds.
+    pub median_ms: f64,
+    /// `median_ms / nominal_ms`: above 1, the machine ran slower than while its data was collected.
+    pub ratio: f64,
+    pub readings: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -47,14 +68,12 @@ pub struct Validation {
     pub median_abs_memory_error_pct: f64,
     pub max_abs_latency_error_pct: f64,
     pub max_abs_memory_error_pct: f64,
-    /// How fast the machine ran during this validation relative to when its data was collected: the median
-    /// new/stored latency ratio of stored single-layer samples re-measured before and after the benchmarks
-    /// (`None` when not measured). A shared VM drifts by ±25% over minutes, which no model can predict.
-    pub machine_speed_ratio: Option<f64>,
-    /// The latency errors with the prediction scaled by `machine_speed_ratio`: the model's own error under the
-    /// machine's state of the moment.
-    pub latency_error_at_machine_speed_pct: Option<Vec<f64>>,
-    pub median_abs_latency_error_at_machine_speed_pct: Option<f64>,
+    /// The machine's speed during the runs by the speed probe (`collect::speed`), null when it was not
+    /// measured or the models carry no nominal probe time. This VM's speed switches between states 1.5x apart
+    /// within seconds, which no model of the layers can predict; the errors at nominal speed take it out.
+    pub speed_probe: Option<ProbeSpeed>,
+    pub median_abs_latency_error_at_nominal_pct: Option<f64>,
+    pub max_abs_latency_error_at_nominal_pct: Option<f64>,
 }
 
 impl Validation {
@@ -70,26 +89,74 @@ impl Validation {
             median_abs_memory_error_pct: median(memory.clone()),
             max_abs_latency_error_pct: max(&latency),
             max_abs_memory_error_pct: max(&memory),
-            machine_speed_ratio: None,
-            latency_error_at_machine_speed_pct: None,
-            median_abs_latency_error_at_machine_speed_pct: None,
+            speed_probe: None,
+            median_abs_latency_error_at_nominal_pct: None,
+            max_abs_latency_error_at_nominal_pct: None,
             networks,
         }
     }
 }
 
 impl Validation {
-    /// Record the machine's speed ratio of the moment and the latency errors at that speed.
-    pub fn with_machine_speed(mut self, ratio: f64) -> Validation {
-        let at_speed: Vec<f64> = self
-            .networks
-            .iter()
-            .map(|n| 100.0 * (n.predicted_latency_ms * ratio - n.measured_latency_ms) / n.measured_latency_ms)
-            .collect();
-        self.median_abs_latency_error_at_machine_speed_pct = Some(median(at_speed.iter().map(|e| e.abs()).collect()));
-        self.latency_error_at_machine_speed_pct = Some(at_speed);
-        self.machine_speed_ratio = Some(ratio);
+    /// Bring each network's measured rounds to the nominal speed of the models' data and record the errors
+    /// there. `readings` are the probe readings of [`crate::engine::profile_networks_between`]'s steps (right
+    /// before and right after every timed run), so the timed run of round `r` of network `n` is bracketed by
+    /// readings `2k` and `2k + 1`, `k = r * N + n`; only the share of each network's predicted time in layer
+    /// types that follow the probe is corrected ([`network_latency_at_nominal`]).
+    pub fn with_speed_probe(
+        mut self,
+        nominal_ms: f64,
+        readings: &[f64],
+        estimates: &[Estimate],
+        measured: &[NetworkProfile],
+    ) -> Validation {
+        let count = self.networks.len();
+        let mut errors = Vec::new();
+        for (i, ((row, estimate), profile)) in self.networks.iter_mut().zip(estimates).zip(measured).enumerate() {
+            let rounds = &profile.total.round_latency_ms;
+            let bracket: Option<Vec<f64>> = (0..rounds.len())
+                .map(|r| {
+                    let at = 2 * (r * count + i);
+                    Some((readings.get(at)? + readings.get(at + 1)?) / 2.0)
+                })
+                .collect();
+            let share = probe_following_share(estimate);
+            let Some(at_nominal) = bracket.and_then(|p| network_latency_at_nominal(rounds, &p, nominal_ms, share))
+            else {
+                continue;
+            };
+            let error = 100.0 * (row.predicted_latency_ms - at_nominal) / at_nominal;
+            row.measured_latency_at_nominal_ms = Some(at_nominal);
+            row.latency_error_at_nominal_pct = Some(error);
+            row.probe_following_share = Some(share);
+            errors.push(error.abs());
+        }
+        if let Some(median_ms) = median_of(readings) {
+            self.speed_probe =
+                Some(ProbeSpeed { nominal_ms, median_ms, ratio: median_ms / nominal_ms, readings: readings.len() });
+        }
+        if errors.len() == count && count > 0 {
+            self.max_abs_latency_error_at_nominal_pct = Some(errors.iter().copied().fold(0.0, f64::max));
+            self.median_abs_latency_error_at_nominal_pct = Some(median(errors));
+        }
         self
+    }
+}
+
+/// Share (0..1) of an estimate's predicted layer time in layer types whose latency follows the speed probe.
+pub fn probe_following_share(estimate: &Estimate) -> f64 {
+    let (mut following, mut all) = (0.0, 0.0);
+    for l in &estimate.layers {
+        let ms = l.latency_ms.unwrap_or(0.0);
+        all += ms;
+        if follows_probe(l.layer_type) {
+            following += ms;
+        }
+    }
+    if all > 0.0 {
+        following / all
+    } else {
+        0.0
     }
 }
 

@@ -1,6 +1,7 @@
 //! `perfmodel train` as a library call: read a device's data, and for each (layer type, metric) remove
 //! outliers, select a regressor by cross-validation, refit it on all rows and store it.
 
+use crate::collect::speed;
 use crate::data::{self, Sample};
 use crate::error::{Error, Result};
 use crate::layer::LayerType;
@@ -8,7 +9,7 @@ use crate::metric::Metric;
 use crate::train::cv::{self, Candidate, Evaluation, SelectBy};
 use crate::train::isolation::IsolationForest;
 use crate::train::model::{EngineFeatures, KnownPart, Predictor};
-use crate::train::store::{self, Manifest, ModelEntry, ModelFile, ModelStore, Scores, FORMAT_VERSION};
+use crate::train::store::{self, Manifest, ModelEntry, ModelFile, ModelStore, NominalSpeed, Scores, FORMAT_VERSION};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -80,11 +81,22 @@ pub struct Dataset {
 }
 
 impl Dataset {
-    /// `source` names the data file in errors.
-    pub fn from_samples(samples: &[Sample], metric: Metric, source: &Path) -> Result<Dataset> {
+    /// `source` names the data file in errors. With a nominal speed, latencies of layer types that follow the
+    /// speed probe are brought to it (rows without a probe reading stay as measured).
+    pub fn from_samples(
+        samples: &[Sample],
+        metric: Metric,
+        source: &Path,
+        nominal: Option<&NominalSpeed>,
+    ) -> Result<Dataset> {
         let mut d = Dataset::default();
         for (row, s) in samples.iter().enumerate() {
-            let Some(value) = s.metric(metric).filter(|v| v.is_finite()) else { continue };
+            let Some(mut value) = s.metric(metric).filter(|v| v.is_finite()) else { continue };
+            if let (Metric::Latency, Some(n), Some(probe), true) =
+                (metric, nominal, s.speed_ref_ms, speed::follows_probe(s.layer_type))
+            {
+                value = speed::at_nominal_speed(value, probe, n.nominal_ms);
+            }
             let features = s
                 .config
                 .features()
@@ -307,6 +319,7 @@ pub fn train_device(
     progress: Progress,
 ) -> Result<TrainRun> {
     let all = data::read_device(data_dir, device)?;
+    let nominal = nominal_speed(&all);
     let layer_types: Vec<LayerType> =
         if options.layers.is_empty() { all.keys().copied().collect() } else { options.layers.clone() };
     if layer_types.is_empty() {
@@ -344,7 +357,7 @@ pub fn train_device(
         };
         for &metric in &options.metrics {
             let source = data::file_path(&data_dir.join(device), layer_type);
-            let dataset = Dataset::from_samples(samples, metric, &source)?;
+            let dataset = Dataset::from_samples(samples, metric, &source, nominal.as_ref())?;
             if dataset.len() < MIN_ROWS.max(options.folds) {
                 skipped.push(Skipped {
                     layer_type,
@@ -387,7 +400,7 @@ pub fn train_device(
             message: format!("nothing to train ({})", reasons.join("; ")),
         });
     }
-    let manifest = write_models(models_dir, device, &results)?;
+    let manifest = write_models(models_dir, device, &results, nominal)?;
     Ok(TrainRun { device: device.to_string(), results, skipped, manifest })
 }
 
@@ -437,8 +450,26 @@ pub fn candidates_for(
     all
 }
 
+/// The nominal speed of a device's data: the median speed-probe reading over all its measured rows (`None`
+/// when no row has one). Computed over every layer type, so retraining some triplets keeps the same nominal.
+pub fn nominal_speed(all: &BTreeMap<LayerType, Vec<Sample>>) -> Option<NominalSpeed> {
+    let measured = || all.values().flatten().filter(|s| s.latency_ms.is_some());
+    let nominal_ms = speed::nominal_ms(measured().filter_map(|s| s.speed_ref_ms))?;
+    Some(NominalSpeed {
+        probe_key: speed::probe_key(),
+        nominal_ms,
+        probed_rows: measured().filter(|s| s.speed_ref_ms.is_some()).count(),
+        rows: measured().count(),
+    })
+}
+
 /// Write the trained models, keeping compatible existing entries for triplets that were not retrained.
-fn write_models(models_dir: &Path, device: &str, results: &[TripletResult]) -> Result<Manifest> {
+fn write_models(
+    models_dir: &Path,
+    device: &str,
+    results: &[TripletResult],
+    speed_probe: Option<NominalSpeed>,
+) -> Result<Manifest> {
     let mut entries: Vec<ModelEntry> = Vec::new();
     let mut files: Vec<ModelFile> = Vec::new();
     let mut feature_names: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -460,8 +491,17 @@ fn write_models(models_dir: &Path, device: &str, results: &[TripletResult]) -> R
     }
     let mut kept_entries = Vec::new();
     if let Ok(existing) = ModelStore::open(models_dir, device) {
+        // A latency model of a probe-following layer type trained at another nominal speed (or on raw targets)
+        // would not add up with the new ones: it is dropped, to be retrained, rather than kept.
+        let same_speed = existing.manifest().speed_probe == speed_probe;
+        let speed_bound = |e: &ModelEntry| {
+            e.metric == Metric::Latency.as_str()
+                && LayerType::parse(&e.layer_type).is_some_and(speed::follows_probe)
+        };
         for entry in &existing.manifest().models {
-            if !entries.iter().any(|e| e.layer_type == entry.layer_type && e.metric == entry.metric) {
+            if !entries.iter().any(|e| e.layer_type == entry.layer_type && e.metric == entry.metric)
+                && (same_speed || !speed_bound(entry))
+            {
                 if let Some(names) = existing.manifest().feature_names.get(&entry.layer_type) {
                     feature_names.insert(entry.layer_type.clone(), names.clone());
                 }
@@ -482,6 +522,7 @@ fn write_models(models_dir: &Path, device: &str, results: &[TripletResult]) -> R
         feature_names,
         data_hash: store::hex(&device_hash.finalize()),
         models: entries,
+        speed_probe,
     };
     ModelStore::save(models_dir, &mut manifest, &files)?;
     Ok(manifest)

@@ -60,6 +60,21 @@ pub struct Manifest {
     /// SHA-256 over all training rows of the device.
     pub data_hash: String,
     pub models: Vec<ModelEntry>,
+    /// The speed probe the latency targets were brought to (null when the data has no probe readings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speed_probe: Option<NominalSpeed>,
+}
+
+/// Latency models of layer types that follow the machine's speed ([`crate::collect::speed::follows_probe`])
+/// predict the time at which the probe takes `nominal_ms`: the median probe reading over the device's data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NominalSpeed {
+    /// [`crate::collect::speed::probe_key`] of the probe the data was collected with.
+    pub probe_key: String,
+    pub nominal_ms: f64,
+    /// Rows of the device's data with a probe reading, and rows in all.
+    pub probed_rows: usize,
+    pub rows: usize,
 }
 
 /// The content of one `<metric>.bin` file.
@@ -377,6 +392,7 @@ mod tests {
             feature_names,
             data_hash: "test".into(),
             models: entries,
+            speed_probe: None,
         };
         ModelStore::save(dir.path(), &mut manifest, &files).unwrap();
         (dir, saved)
