@@ -191,7 +191,8 @@ fn power_from_a_meter_command_covers_the_sensor_window() {
     let none = Setup::with_power(&small_mix()[..2], 5.0, &format!("subset_fraction = 0.0\n{power}"));
     // ... and without the speed probe.
     let profile = none.path("collectors/tiny.toml");
-    let text = std::fs::read_to_string(&profile).unwrap().replace("max_cv = 0.5\n", "max_cv = 0.5\nspeed_probe = false\n");
+    let text =
+        std::fs::read_to_string(&profile).unwrap().replace("max_cv = 0.5\n", "max_cv = 0.5\nspeed_probe = false\n");
     std::fs::write(&profile, text).unwrap();
     assert!(none.run(&[]).status.success());
     assert!(none.rows("data/tiny").into_values().flatten().all(|s| s.power_w.is_none() && s.speed_ref_ms.is_none()));

@@ -364,7 +364,7 @@ fn validate_and_outliers_benchmark_the_network_for_real() {
     args.extend(DIRS);
     let both = json_of(&perfmodel(dir.path(), &args));
     let probe = &both["speed_probe"];
-    assert_eq!(probe["readings"], 4, "right before and right after each network's timed run: {both}");
+    assert_eq!(probe["readings"], 4, "before and after each network's round: {both}");
     assert!(close(probe["ratio"].as_f64().unwrap(), probe["median_ms"].as_f64().unwrap() / 2.0), "{both}");
     let tiny = &both["networks"][1];
     // conv2d, max_pool2d and dense follow the probe, the bandwidth-priced cheap layers do not.
@@ -372,7 +372,10 @@ fn validate_and_outliers_benchmark_the_network_for_real() {
     assert!(close(tiny["probe_following_share"].as_f64().unwrap(), following), "{tiny}");
     let at_nominal = tiny["measured_latency_at_nominal_ms"].as_f64().unwrap();
     let predicted = tiny["predicted_latency_ms"].as_f64().unwrap();
-    assert!(close(tiny["latency_error_at_nominal_pct"].as_f64().unwrap(), 100.0 * (predicted - at_nominal) / at_nominal));
+    assert!(close(
+        tiny["latency_error_at_nominal_pct"].as_f64().unwrap(),
+        100.0 * (predicted - at_nominal) / at_nominal
+    ));
     assert!(both["median_abs_latency_error_at_nominal_pct"].as_f64().is_some(), "{both}");
     let bench =
         json_of(&perfmodel(dir.path(), &["bench", "net.json", "--rounds", "1", "--device", "dev", "--format", "json"]));
@@ -519,17 +522,7 @@ fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
             .iter()
             .map(|n| root.join(n).to_string_lossy().into_owned())
             .collect();
-    let mut args = vec![
-        "calibrate",
-        "--device",
-        "local",
-        "--models-dir",
-        "models",
-        "--rounds",
-        "1",
-        "--warmup",
-        "0",
-    ];
+    let mut args = vec!["calibrate", "--device", "local", "--models-dir", "models", "--rounds", "1", "--warmup", "0"];
     args.extend(nets.iter().map(String::as_str));
     args.extend(["--format", "json"]);
     let v = json_of(&perfmodel(dir.path(), &args));

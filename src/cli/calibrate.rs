@@ -33,7 +33,7 @@ pub struct Args {
     /// Untimed warm-up runs per network
     #[arg(long, default_value_t = 2)]
     warmup: usize,
-    /// Do not time the speed probe between the rounds. With it, each round's time is brought to the nominal
+    /// Do not time the speed probe between the rounds. With it, the median round is brought to the nominal
     /// speed of the models' data (the share of the network in layer types that follow the probe), so the
     /// calibration holds the network-level effect only, not how busy a shared machine happened to be
     #[arg(long)]

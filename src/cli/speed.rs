@@ -73,7 +73,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .ok()
         .and_then(|store| store.manifest().speed_probe.clone())
         .filter(|n| n.probe_key == probe_key())
-        .map(|n| (n.nominal_ms, format!("the training data of the models in {}", models.join(&profile.name).display())));
+        .map(|n| {
+            (n.nominal_ms, format!("the training data of the models in {}", models.join(&profile.name).display()))
+        });
     let nominal = from_models.or_else(|| {
         let by_type = perfmodel::data::read_device(&data, &profile.name).ok()?;
         let n = nominal_ms(by_type.values().flatten().filter_map(|s| s.speed_ref_ms))?;

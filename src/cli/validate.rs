@@ -2,8 +2,8 @@
 
 use super::estimate::EstimatorArgs;
 use anyhow::Context;
-use perfmodel::collect::speed::{probe_key, SpeedProbe};
 use perfmodel::collect::profile::DeviceProfile;
+use perfmodel::collect::speed::{probe_key, SpeedProbe, PROBE_MAX_AGE};
 use perfmodel::engine::{profile_networks_between, TractExecutor};
 use perfmodel::estimate::validate::{NetworkError, Validation};
 use perfmodel::Network;
@@ -30,7 +30,7 @@ pub struct Args {
 }
 
 /// Profile `nets` with rounds interleaved across them (so a slow spell of the machine does not land on one of
-/// them), with the speed probe (`collect::speed`) timed right before and right after every timed run.
+/// them), with the speed probe (`collect::speed`) timed before and right after every network's round.
 /// Returns the profiles and the probe readings (empty when `probe` is false or the probe could not be built; a
 /// note says why).
 pub(super) fn bench_with_speed_probe(
@@ -52,7 +52,7 @@ pub(super) fn bench_with_speed_probe(
     let mut readings = Vec::new();
     let measured = profile_networks_between(nets, &executor, rounds, warmup, &mut |_| {
         if let Some(p) = probe.as_mut() {
-            match p.measure() {
+            match p.reading(PROBE_MAX_AGE) {
                 Ok(ms) => readings.push(ms),
                 Err(e) => {
                     // Later rounds then have no bracket and get no error at nominal speed.
@@ -136,20 +136,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 v.max_abs_latency_error_pct,
                 v.max_abs_memory_error_pct
             );
-            if let (Some(probe), Some(median), Some(max)) = (
-                &v.speed_probe,
-                v.median_abs_latency_error_at_nominal_pct,
-                v.max_abs_latency_error_at_nominal_pct,
-            ) {
+            if let (Some(probe), Some(median), Some(max)) =
+                (&v.speed_probe, v.median_abs_latency_error_at_nominal_pct, v.max_abs_latency_error_at_nominal_pct)
+            {
                 let per_network: Vec<String> = v
                     .networks
                     .iter()
                     .filter_map(|n| {
                         Some(format!(
                             "{} {:.3} ms ({:+.1}%)",
-                            n.network,
-                            n.measured_latency_at_nominal_ms?,
-                            n.latency_error_at_nominal_pct?
+                            n.network, n.measured_latency_at_nominal_ms?, n.latency_error_at_nominal_pct?
                         ))
                     })
                     .collect();

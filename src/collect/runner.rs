@@ -9,7 +9,7 @@
 use super::alloc;
 use super::profile::DeviceProfile;
 use super::sensors::{available_power_sensors, MemorySensor, Sensor};
-use super::speed::{median_reading, SpeedProbe};
+use super::speed::{median_reading, SpeedProbe, PROBE_MAX_AGE};
 use super::stats::{quantile_sorted, spread};
 use crate::data::{self, Sample, SampleWriter, Status};
 use crate::engine::{Executor, Workload};
@@ -136,10 +136,6 @@ struct Meter<'a> {
     probe: Option<SpeedProbe>,
     probe_lost: Option<String>,
 }
-
-/// How long a speed-probe reading stands for the machine's speed: at most one reading per this interval, so the
-/// probe (about 6 ms a reading) costs fast layers a few percent of the collection time.
-const PROBE_MAX_AGE: Duration = Duration::from_millis(250);
 
 /// One config of a group being measured.
 struct Unit {

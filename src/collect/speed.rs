@@ -24,6 +24,12 @@ use std::time::{Duration, Instant};
 /// a cache regime of the engine.
 pub const PROBE_CONFIG: &str = r#"{"activation":"relu","batch_size":1,"dilation":[1,1],"filters":128,"groups":1,"input_shapes":[[128,14,14]],"kernel":[3,3],"padding":"same","strides":[1,1],"type":"conv2d","use_bias":true}"#;
 
+/// How long a speed-probe reading stands for the machine's speed: at most one reading per this interval. It
+/// keeps the probe's share of a collection of fast layers to a few percent, and it keeps the probe away from
+/// most runs of a small network: run right before them, it slowed mnist_cnn (2 ms) by a fifth, even with an
+/// untimed run of the network in between (2026-11-22).
+pub const PROBE_MAX_AGE: Duration = Duration::from_millis(250);
+
 /// Timed runs per reading; the reading is their median.
 const RUNS_PER_READING: usize = 3;
 
@@ -108,22 +114,23 @@ pub fn at_nominal_speed(latency_ms: f64, probe_ms: f64, nominal_ms: f64) -> f64 
 /// re-measured in a fresh process (2026-11-22 14:08 UTC, `collect --remeasure 160 --seed 11`) differed from
 /// their stored time by a median of 27.6% raw and 12.5% divided by their probe readings for conv2d (72
 /// samples), 17.1% and 8.9% for avg_pool2d (10), 11.7% and 9.9% for dense (14), 11.2% and 10.2% for depthwise
-/// (14). Max pooling is the same sliding-window kernel as average pooling. The cheap element-wise and shape
-/// types were not measured with the probe.
+/// (14). Max pooling is the same sliding-window kernel as average pooling. The cheap element-wise, normalisation
+/// and shape layers do not follow it: 120 of their samples re-measured the same way (14:29 UTC, seed 12)
+/// differed by a median 10.8% raw and 15.2% divided by their probe readings.
 pub fn follows_probe(layer_type: LayerType) -> bool {
     matches!(
         layer_type,
-        LayerType::Conv2d
-            | LayerType::DepthwiseConv2d
-            | LayerType::Dense
-            | LayerType::MaxPool2d
-            | LayerType::AvgPool2d
+        LayerType::Conv2d | LayerType::DepthwiseConv2d | LayerType::Dense | LayerType::MaxPool2d | LayerType::AvgPool2d
     )
 }
 
-/// A whole-network latency at nominal speed from its timed rounds: each round divided by the speed of its own
-/// moment, applied to the share of the network's time that follows the probe (`following_share`, 0..1), then the
-/// median. `round_probe_ms[i]` is the probe reading around round `i`. `None` without rounds or readings.
+/// A whole-network latency at nominal speed from its timed rounds: the median round divided by the machine's
+/// speed during them (the median of the probe readings around the rounds over the nominal time), applied to the
+/// share of the network's time that follows the probe (`following_share`, 0..1). Medians rather than each
+/// round divided by its own readings: a round of a large network (yolo: 0.3 s) spans several of this VM's speed
+/// switches, which a probe reading of 6 ms next to it does not see, so round-by-round division added noise (at
+/// a median probe of 0.98x nominal, a yolo whose median round was 271 ms came out at 312 ms). `None` without
+/// rounds or readings.
 pub fn network_latency_at_nominal(
     round_ms: &[f64],
     round_probe_ms: &[f64],
@@ -134,9 +141,8 @@ pub fn network_latency_at_nominal(
         return None;
     }
     let share = following_share.clamp(0.0, 1.0);
-    let corrected: Vec<f64> =
-        round_ms.iter().zip(round_probe_ms).map(|(t, p)| t / (share * p / nominal_ms + 1.0 - share)).collect();
-    median_reading(&corrected)
+    let (latency, probe) = (median_reading(round_ms)?, median_reading(round_probe_ms)?);
+    Some(latency / (share * probe / nominal_ms + 1.0 - share))
 }
 
 #[cfg(test)]
@@ -159,7 +165,7 @@ mod tests {
     }
 
     #[test]
-    fn network_rounds_are_corrected_by_their_own_probe_reading() {
+    fn network_rounds_are_corrected_by_the_probe_readings_around_them() {
         // Rounds at the nominal speed, at 1.5x its time, and at 1.5x again: fully following, all become 10.
         let rounds = [10.0, 15.0, 15.0];
         let probe = [2.0, 3.0, 3.0];

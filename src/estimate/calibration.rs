@@ -100,8 +100,8 @@ pub struct Calibration {
     /// on a machine whose speed drifts a latency fit would learn the drift.
     pub memory_only: bool,
     /// The machine's speed during the runs relative to the nominal speed of the models' data: the median speed
-    /// probe reading over the nominal one (`collect::speed`); each round of the networks was brought to the
-    /// nominal speed by its own reading. `None`: not measured.
+    /// probe reading over the nominal one (`collect::speed`); each network's median round was brought to the
+    /// nominal speed by the median reading around its rounds. `None`: not measured.
     pub machine_speed_ratio: Option<f64>,
     pub networks: Vec<CalibrationPoint>,
 }

@@ -99,8 +99,8 @@ impl Validation {
 
 impl Validation {
     /// Bring each network's measured rounds to the nominal speed of the models' data and record the errors
-    /// there. `readings` are the probe readings of [`crate::engine::profile_networks_between`]'s steps (right
-    /// before and right after every timed run), so the timed run of round `r` of network `n` is bracketed by
+    /// there. `readings` are the probe readings of [`crate::engine::profile_networks_between`]'s steps (before
+    /// and right after every round's runs), so the timed run of round `r` of network `n` is bracketed by
     /// readings `2k` and `2k + 1`, `k = r * N + n`; only the share of each network's predicted time in layer
     /// types that follow the probe is corrected ([`network_latency_at_nominal`]).
     pub fn with_speed_probe(

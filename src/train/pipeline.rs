@@ -495,8 +495,7 @@ fn write_models(
         // would not add up with the new ones: it is dropped, to be retrained, rather than kept.
         let same_speed = existing.manifest().speed_probe == speed_probe;
         let speed_bound = |e: &ModelEntry| {
-            e.metric == Metric::Latency.as_str()
-                && LayerType::parse(&e.layer_type).is_some_and(speed::follows_probe)
+            e.metric == Metric::Latency.as_str() && LayerType::parse(&e.layer_type).is_some_and(speed::follows_probe)
         };
         for entry in &existing.manifest().models {
             if !entries.iter().any(|e| e.layer_type == entry.layer_type && e.metric == entry.metric)
