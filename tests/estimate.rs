@@ -584,3 +584,43 @@ fn models_that_asked_another_machines_engine_say_so() {
     assert!(!notes(&same).iter().any(|n| n.contains("trained on")), "{same}");
     assert_eq!(other["total"]["latency_ms"], same["total"]["latency_ms"]);
 }
+
+#[test]
+fn at_current_speed_scales_the_probe_following_layers_of_the_shipped_models() {
+    // The shipped `local` models (trained at a nominal speed-probe time) on this machine.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let net = root.join("zoo/holdout/alexnet.json").to_string_lossy().into_owned();
+    let (models, collectors) = (root.join("models"), root.join("collectors"));
+    let (models, collectors) = (models.to_str().unwrap(), collectors.to_str().unwrap());
+    let mut args = vec!["estimate", &net, "--device", "local", "--models-dir", models, "--collectors-dir", collectors];
+    args.extend(["--format", "json"]);
+    let nominal = json_of(&perfmodel(dir.path(), &args));
+    args.push("--at-current-speed");
+    let now = json_of(&perfmodel(dir.path(), &args));
+    let note = now["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).find(|n| n.contains("speed now"));
+    assert!(note.is_some(), "{now}");
+    let (layers, base) = (now["layers"].as_array().unwrap(), nominal["layers"].as_array().unwrap());
+    let mut ratio = None;
+    let mut sum = 0.0;
+    for (l, b) in layers.iter().zip(base) {
+        let (ms, base_ms) = (l["latency_ms"].as_f64().unwrap(), b["latency_ms"].as_f64().unwrap());
+        sum += ms;
+        let follows = ["conv2d", "dense", "max_pool2d"].contains(&l["type"].as_str().unwrap());
+        if follows && base_ms > 0.0 {
+            let r = ms / base_ms;
+            assert!(r > 0.0 && ratio.is_none_or(|x: f64| (x - r).abs() < 1e-9 * r), "{l} vs {b}");
+            ratio = Some(r);
+        } else {
+            assert_eq!(ms, base_ms, "{l}");
+        }
+    }
+    assert!(ratio.is_some(), "alexnet has convolutions");
+    assert!((now["total"]["latency_ms"].as_f64().unwrap() - sum).abs() < 1e-9 * sum);
+
+    // Only learned models of a device measured here have a speed to scale by.
+    args.extend(["--method", "paleo"]);
+    let out = perfmodel(dir.path(), &args);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--at-current-speed: needs --method learned"));
+}

@@ -65,6 +65,54 @@ pub struct Args {
     /// Also draw per-layer latency (and energy) bars to this .svg or .png file
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Scale the latency of the layer types that follow the machine's speed (conv2d, depthwise, dense, pooling)
+    /// to how fast this machine runs right now: times the speed probe for about half a second against the
+    /// models' nominal time. Learned models of a device measured on this machine (`host = true`) only
+    #[arg(long)]
+    at_current_speed: bool,
+}
+
+/// Readings of the speed probe behind `--at-current-speed`, and the pause between them.
+const CURRENT_SPEED_READINGS: usize = 9;
+const CURRENT_SPEED_PAUSE_MS: u64 = 50;
+
+/// How fast this machine runs now relative to the nominal speed of the estimator's models: (probe ms now,
+/// nominal ms).
+fn current_speed(args: &Args, estimator: &Estimator) -> anyhow::Result<(f64, f64)> {
+    use perfmodel::collect::speed::{median_reading, probe_key, SpeedProbe};
+    let invalid = |why: String| perfmodel::Error::Invalid(format!("--at-current-speed: {why}"));
+    let Method::Learned(store) = estimator.method() else {
+        anyhow::bail!(invalid(format!("needs --method learned, not {}", estimator.method().name())));
+    };
+    let device = perfmodel::collect::DeviceProfile::load(&args.estimator.collectors_dir(), estimator.device())?;
+    if !device.host {
+        anyhow::bail!(invalid(format!(
+            "device '{}' was not measured on this machine (its profile has no `host = true`), so this machine's \
+             speed says nothing about it",
+            device.name
+        )));
+    }
+    let nominal = match &store.manifest().speed_probe {
+        Some(n) if n.probe_key == probe_key() => n.nominal_ms,
+        Some(_) => anyhow::bail!(invalid(format!(
+            "the models of device '{}' were trained with another speed probe; retrain them",
+            device.name
+        ))),
+        None => anyhow::bail!(invalid(format!(
+            "the models of device '{}' have no nominal speed (their data has no speed-probe readings; collect \
+             and train again)",
+            device.name
+        ))),
+    };
+    let executor = perfmodel::engine::TractExecutor::new(device.threads)?;
+    let mut probe = SpeedProbe::new(&executor, device.protocol.burn_in_runs)?;
+    let mut readings = Vec::with_capacity(CURRENT_SPEED_READINGS);
+    for _ in 0..CURRENT_SPEED_READINGS {
+        readings.push(probe.measure()?);
+        std::thread::sleep(std::time::Duration::from_millis(CURRENT_SPEED_PAUSE_MS));
+    }
+    let now = median_reading(&readings).ok_or_else(|| invalid("the speed probe gave no usable reading".into()))?;
+    Ok((now, nominal))
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -73,7 +121,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         net.batch_size = batch as usize;
     }
     let estimator = args.estimator.open()?;
-    let estimate = estimator.estimate(&net)?;
+    let mut estimate = estimator.estimate(&net)?;
+    if args.at_current_speed {
+        let (now, nominal) = current_speed(&args, &estimator)?;
+        estimate = estimate.at_machine_speed(
+            now / nominal,
+            format!(
+                "conv2d, depthwise, dense and pooling latencies scaled to this machine's speed now: speed probe \
+                 {now:.3} ms, {:.2}x the models' nominal {nominal:.3} ms",
+                now / nominal
+            ),
+        );
+    }
     if let Some(path) = &args.plot {
         report::plot(&estimate, path)?;
     }

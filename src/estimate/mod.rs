@@ -605,6 +605,31 @@ pub struct Estimate {
 }
 
 impl Estimate {
+    /// The estimate at another speed of the machine: the latency (and energy) of the layers whose type follows
+    /// the speed probe ([`crate::collect::speed::follows_probe`]) multiplied by `ratio` (the probe's time now
+    /// over the nominal time the models were trained at), the totals adjusted, and `note` added. Learned
+    /// estimates are latencies at nominal speed; this gives the figures of the moment on a machine whose speed
+    /// drifts.
+    pub fn at_machine_speed(mut self, ratio: f64, note: String) -> Estimate {
+        let (mut latency_change, mut energy_change) = (0.0, 0.0);
+        for layer in self.layers.iter_mut().filter(|l| crate::collect::speed::follows_probe(l.layer_type)) {
+            if let Some(ms) = layer.latency_ms {
+                latency_change += ms * (ratio - 1.0);
+                layer.latency_ms = Some(ms * ratio);
+            }
+            if let Some(mj) = layer.energy_mj {
+                energy_change += mj * (ratio - 1.0);
+                layer.energy_mj = Some(mj * ratio);
+            }
+        }
+        self.total.latency_ms += latency_change;
+        if let Some(total) = self.total.energy_mj.as_mut() {
+            *total += energy_change;
+        }
+        self.notes.push(note);
+        self
+    }
+
     /// Layers that run (neither free views nor fused into their producer) and have a latency: the layers the
     /// calibration's per-layer terms count.
     pub fn executing_layers(&self) -> usize {
