@@ -79,7 +79,7 @@ const CURRENT_SPEED_PAUSE_MS: u64 = 50;
 /// How fast this machine runs now relative to the nominal speed of the estimator's models: (probe ms now,
 /// nominal ms).
 fn current_speed(args: &Args, estimator: &Estimator) -> anyhow::Result<(f64, f64)> {
-    use perfmodel::collect::speed::{median_reading, probe_key, SpeedProbe};
+    use perfmodel::collect::speed::{median_reading, SpeedProbe};
     let invalid = |why: String| perfmodel::Error::Invalid(format!("--at-current-speed: {why}"));
     let Method::Learned(store) = estimator.method() else {
         anyhow::bail!(invalid(format!("needs --method learned, not {}", estimator.method().name())));
@@ -92,18 +92,10 @@ fn current_speed(args: &Args, estimator: &Estimator) -> anyhow::Result<(f64, f64
             device.name
         )));
     }
-    let nominal = match &store.manifest().speed_probe {
-        Some(n) if n.probe_key == probe_key() => n.nominal_ms,
-        Some(_) => anyhow::bail!(invalid(format!(
-            "the models of device '{}' were trained with another speed probe; retrain them",
-            device.name
-        ))),
-        None => anyhow::bail!(invalid(format!(
-            "the models of device '{}' have no nominal speed (their data has no speed-probe readings; collect \
-             and train again)",
-            device.name
-        ))),
-    };
+    let nominal = store
+        .manifest()
+        .nominal_probe_ms()
+        .map_err(|why| invalid(format!("the models of device '{}' {why}", device.name)))?;
     let executor = perfmodel::engine::TractExecutor::new(device.threads)?;
     let mut probe = SpeedProbe::new(&executor, device.protocol.burn_in_runs)?;
     let mut readings = Vec::with_capacity(CURRENT_SPEED_READINGS);

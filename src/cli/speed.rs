@@ -5,7 +5,7 @@
 //! a user can tell a slow spell from a slow model before measuring anything.
 
 use super::default_dir;
-use perfmodel::collect::speed::{nominal_ms, probe_key, SpeedProbe};
+use perfmodel::collect::speed::{nominal_ms, SpeedProbe};
 use perfmodel::collect::DeviceProfile;
 use perfmodel::engine::TractExecutor;
 use std::path::PathBuf;
@@ -71,11 +71,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let data = args.data_dir.unwrap_or_else(|| default_dir("data"));
     let from_models = perfmodel::train::store::ModelStore::open(&models, &profile.name)
         .ok()
-        .and_then(|store| store.manifest().speed_probe.clone())
-        .filter(|n| n.probe_key == probe_key())
-        .map(|n| {
-            (n.nominal_ms, format!("the training data of the models in {}", models.join(&profile.name).display()))
-        });
+        .and_then(|store| store.manifest().nominal_probe_ms().ok())
+        .map(|n| (n, format!("the training data of the models in {}", models.join(&profile.name).display())));
     let nominal = from_models.or_else(|| {
         let by_type = perfmodel::data::read_device(&data, &profile.name).ok()?;
         let n = nominal_ms(by_type.values().flatten().filter_map(|s| s.speed_ref_ms))?;

@@ -3,7 +3,7 @@
 use super::estimate::EstimatorArgs;
 use anyhow::Context;
 use perfmodel::collect::profile::DeviceProfile;
-use perfmodel::collect::speed::{probe_key, SpeedProbe, PROBE_MAX_AGE};
+use perfmodel::collect::speed::{SpeedProbe, PROBE_MAX_AGE};
 use perfmodel::engine::{profile_networks_between, TractExecutor};
 use perfmodel::estimate::validate::{NetworkError, Validation};
 use perfmodel::Network;
@@ -69,17 +69,10 @@ pub(super) fn bench_with_speed_probe(
 
 /// The nominal probe time the store's latency models were trained at, with a note when there is none.
 pub(super) fn nominal_probe_ms(store: Option<&perfmodel::train::store::ModelStore>) -> Option<f64> {
-    match &store?.manifest().speed_probe {
-        Some(n) if n.probe_key == probe_key() => Some(n.nominal_ms),
-        Some(_) => {
-            eprintln!("note: the models were trained with another speed probe; errors at nominal speed not reported");
-            None
-        }
-        None => {
-            eprintln!(
-                "note: the models' data has no speed-probe readings (collected before the probe); errors at nominal \
-                 speed not reported"
-            );
+    match store?.manifest().nominal_probe_ms() {
+        Ok(nominal) => Some(nominal),
+        Err(why) => {
+            eprintln!("note: the models {why}; errors at nominal speed not reported");
             None
         }
     }

@@ -45,7 +45,7 @@ pub fn probe_key() -> String {
     probe_config().key().expect("PROBE_CONFIG has a key")
 }
 
-/// The built probe, with the readings taken so far.
+/// The built probe, with its last reading.
 pub struct SpeedProbe {
     workload: Box<dyn Workload>,
     /// When the last reading was taken, and its value (ms).

@@ -65,6 +65,18 @@ pub struct Manifest {
     pub speed_probe: Option<NominalSpeed>,
 }
 
+impl Manifest {
+    /// The nominal probe time the latency models were trained at, when it was measured with this build's
+    /// probe; else why there is none (for the caller's message).
+    pub fn nominal_probe_ms(&self) -> std::result::Result<f64, &'static str> {
+        match &self.speed_probe {
+            Some(n) if n.probe_key == crate::collect::speed::probe_key() => Ok(n.nominal_ms),
+            Some(_) => Err("were trained with another speed probe (retrain them)"),
+            None => Err("have no nominal speed: their data has no speed-probe readings (collect and train again)"),
+        }
+    }
+}
+
 /// Latency models of layer types that follow the machine's speed ([`crate::collect::speed::follows_probe`])
 /// predict the time at which the probe takes `nominal_ms`: the median probe reading over the device's data.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
