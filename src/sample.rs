@@ -57,11 +57,26 @@ pub struct AugmentBudget {
     /// Found spatial convolutions (kernel > 1, stride 1) on an input with another channel count, and other
     /// filters.
     pub channels: usize,
+    /// Found spatial convolutions (kernel > 1, stride 1) on a small image (at most 28 pixels high) with many
+    /// input channels and filters (128-1024 each).
+    pub wide: usize,
+    /// Found convolutions split into 2, 3, 4 or 8 groups on an input with a new channel count, with new
+    /// filters: channel counts found in the zoo rarely split into 3 or 8.
+    pub grouped_channels: usize,
 }
 
 impl Default for AugmentBudget {
     fn default() -> Self {
-        AugmentBudget { depthwise: 150, dilated: 80, filters: 200, dense: 250, grouped: 150, channels: 100 }
+        AugmentBudget {
+            depthwise: 150,
+            dilated: 80,
+            filters: 200,
+            dense: 250,
+            grouped: 150,
+            channels: 100,
+            wide: 50,
+            grouped_channels: 400,
+        }
     }
 }
 
@@ -106,6 +121,15 @@ const DENSE_UNITS: (f64, f64) = (8.0, 5_000.0);
 const NEW_FILTERS: (f64, f64) = (8.0, 2_048.0);
 /// Range of the input channel counts of channel variants (log-uniform, multiples of 8).
 const NEW_CHANNELS: (f64, f64) = (16.0, 768.0);
+/// Range of the input channels and filters of wide variants (log-uniform, multiples of 32), and the largest
+/// image they are put on.
+const WIDE_CHANNELS: (f64, f64) = (128.0, 1_024.0);
+const WIDE_MAX_HEIGHT: usize = 28;
+/// Group counts of the grouped channel variants, and the range of their channels and filters per group
+/// (log-uniform).
+const GROUPS_SMALL: [usize; 4] = [2, 3, 4, 8];
+const PER_GROUP_CHANNELS: (f64, f64) = (4.0, 128.0);
+const PER_GROUP_FILTERS: (f64, f64) = (4.0, 256.0);
 
 /// The networks sampling reads: every `*.json` directly in `zoo_dir` (not its `holdout/` subdirectory), sorted
 /// by file name. Config sets written by the sampler into the same directory are skipped.
@@ -377,6 +401,54 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
         added +=
             pool.augmented(LayerConfig::new(Op::Conv2d(other), vec![vec![channels, h, w]], 1), "channels") as usize;
     }
+
+    // Wide variants, drawn after the channel variants for the same reason: detection backbones and VGG-style
+    // heads run 3x3 convolutions of 512-1024 channels on 13-28 pixels, where tract's cost per FLOP turns on
+    // whether the packed weights fit L2 and the last-level cache (`engine::packing::TileWalk`); the zoo has a
+    // handful of them and the channel variants stop at 768.
+    order.shuffle(rng);
+    let mut added = 0;
+    for &i in order.iter().cycle().take(3 * order.len()) {
+        if added == budget.wide {
+            break;
+        }
+        let (c, inputs) = &convs[i];
+        if c.kernel[0] * c.kernel[1] == 1 || c.strides != [1, 1] {
+            continue;
+        }
+        let Some([_, h, w]) = inputs.first().and_then(|s| <[usize; 3]>::try_from(s.as_slice()).ok()) else { continue };
+        if h > WIDE_MAX_HEIGHT {
+            continue;
+        }
+        let mut draw = || ((log_uniform(rng, WIDE_CHANNELS) / 32.0).round() as usize).max(1) * 32;
+        let channels = draw();
+        let mut wide = c.clone();
+        wide.filters = draw();
+        added += pool.augmented(LayerConfig::new(Op::Conv2d(wide), vec![vec![channels, h, w]], 1), "wide") as usize;
+    }
+
+    // Grouped variants on new channel counts, drawn last: the grouped variants above split found channel
+    // counts, which rarely divide by 3 or 8, so they are mostly 2-way and 4-way. The engine's cost per FLOP of
+    // one group's small product depends on its own rows, reduction and columns (a 1x1 convolution on 14x14 in
+    // 3 groups runs at 2-16 GFLOP/s by those alone).
+    order.shuffle(rng);
+    let mut added = 0;
+    for &i in order.iter().cycle().take(3 * order.len()) {
+        if added == budget.grouped_channels {
+            break;
+        }
+        let (c, inputs) = &convs[i];
+        let Some([_, h, w]) = inputs.first().and_then(|s| <[usize; 3]>::try_from(s.as_slice()).ok()) else { continue };
+        let groups = GROUPS_SMALL[rng.random_range(0..GROUPS_SMALL.len())];
+        let per_group = |rng: &mut ChaCha8Rng, range| (log_uniform(rng, range).round() as usize).max(1);
+        let channels = groups * per_group(rng, PER_GROUP_CHANNELS);
+        let mut grouped = c.clone();
+        grouped.groups = groups;
+        grouped.filters = groups * per_group(rng, PER_GROUP_FILTERS);
+        added += pool
+            .augmented(LayerConfig::new(Op::Conv2d(grouped), vec![vec![channels, h, w]], 1), "grouped_channels")
+            as usize;
+    }
 }
 
 impl ConfigSet {
@@ -474,9 +546,13 @@ mod tests {
             assert!(c.config.cost().is_ok());
         }
         // Drawn last: without them, every other config is the same as before.
-        let budget = AugmentBudget { grouped: 0, channels: 0, ..AugmentBudget::default() };
+        let budget =
+            AugmentBudget { grouped: 0, channels: 0, wide: 0, grouped_channels: 0, ..AugmentBudget::default() };
         let (without, _) = sample(&nets, &SampleOptions { budget, ..opts.clone() }).unwrap();
-        let later = |c: &&SampledConfig| c.source != "augment:grouped" && c.source != "augment:channels";
+        let later = |c: &&SampledConfig| {
+            !["augment:grouped", "augment:channels", "augment:wide", "augment:grouped_channels"]
+                .contains(&c.source.as_str())
+        };
         let rest: Vec<&SampledConfig> = a.configs.iter().filter(later).collect();
         assert_eq!(without.configs.iter().collect::<Vec<_>>(), rest);
         // Channel variants: spatial, stride-1 convolutions on a new channel count, also drawn after the rest.
@@ -487,9 +563,42 @@ mod tests {
             assert!(op.kernel[0] * op.kernel[1] > 1 && op.strides == [1, 1] && op.groups == 1, "{c:?}");
             assert_eq!(c.config.input_shapes[0][0] % 8, 0);
         }
-        let budget = AugmentBudget { channels: 0, ..AugmentBudget::default() };
-        let (without, _) = sample(&nets, &SampleOptions { budget, ..opts }).unwrap();
-        let rest: Vec<&SampledConfig> = a.configs.iter().filter(|c| c.source != "augment:channels").collect();
-        assert_eq!(without.configs.iter().collect::<Vec<_>>(), rest);
+        // Each later kind is drawn after the earlier ones: dropping it (and the kinds after it) leaves the rest.
+        let later_kinds = ["channels", "wide", "grouped_channels"];
+        for (k, kind) in later_kinds.iter().enumerate() {
+            let mut budget = AugmentBudget::default();
+            for dropped in &later_kinds[k..] {
+                match *dropped {
+                    "channels" => budget.channels = 0,
+                    "wide" => budget.wide = 0,
+                    _ => budget.grouped_channels = 0,
+                }
+            }
+            let (without, _) = sample(&nets, &SampleOptions { budget, ..opts.clone() }).unwrap();
+            let dropped: Vec<String> = later_kinds[k..].iter().map(|d| format!("augment:{d}")).collect();
+            let rest: Vec<&SampledConfig> = a.configs.iter().filter(|c| !dropped.contains(&c.source)).collect();
+            assert_eq!(without.configs.iter().collect::<Vec<_>>(), rest, "without {kind} and later");
+        }
+        // Wide variants: spatial, stride 1, at most 28 pixels high, 128-1024 channels and filters.
+        let wide: Vec<&SampledConfig> = a.configs.iter().filter(|c| c.source == "augment:wide").collect();
+        assert!(!wide.is_empty());
+        for c in &wide {
+            let Op::Conv2d(op) = &c.config.op else { panic!("{c:?}") };
+            let input = &c.config.input_shapes[0];
+            assert!(op.kernel[0] * op.kernel[1] > 1 && op.strides == [1, 1] && input[1] <= 28, "{c:?}");
+            assert!((128..=1024).contains(&input[0]) && (128..=1024).contains(&op.filters), "{c:?}");
+            assert!(c.config.cost().is_ok());
+        }
+        // Grouped channel variants: 2-8 groups that split both the new channels and the filters.
+        let grouped: Vec<&SampledConfig> =
+            a.configs.iter().filter(|c| c.source == "augment:grouped_channels").collect();
+        assert!(!grouped.is_empty());
+        for c in &grouped {
+            let Op::Conv2d(op) = &c.config.op else { panic!("{c:?}") };
+            let channels = c.config.input_shapes[0][0];
+            assert!([2, 3, 4, 8].contains(&op.groups), "{c:?}");
+            assert!(channels % op.groups == 0 && op.filters % op.groups == 0, "{c:?}");
+            assert!(c.config.cost().is_ok());
+        }
     }
 }

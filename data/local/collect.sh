@@ -21,4 +21,9 @@ $BIN collect --device local --data-dir "$DIR" --time-budget 20m
 #    augment:grouped / augment:channels entries of zoo/configs.json; phase 2 also reaches them, last).
 $BIN collect --device local --data-dir "$DIR" --configs data/local/configs-grouped.json --layers conv2d --time-budget 10m
 $BIN collect --device local --data-dir "$DIR" --configs data/local/configs-channels.json --layers conv2d --time-budget 20m
+
+# 5. Wide and grouped-channel convolutions (configs-wide-grouped.json = the augment:wide and
+#    augment:grouped_channels entries of zoo/configs.json, added in session 6).
+$BIN collect --device local --data-dir "$DIR" --configs data/local/configs-wide-grouped.json --layers conv2d --time-budget 30m
+echo "phase 5 done $(date -u +%FT%TZ)"
 echo "end $(date -u +%FT%TZ)"
