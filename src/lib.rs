@@ -9,6 +9,7 @@
 //! [`layer::LayerConfig::features`] is the one feature code path all stages share.
 
 pub mod collect;
+pub mod cpu_clock;
 pub mod data;
 pub mod engine;
 pub mod error;

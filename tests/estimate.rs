@@ -377,6 +377,12 @@ fn validate_and_outliers_benchmark_the_network_for_real() {
         100.0 * (predicted - at_nominal) / at_nominal
     ));
     assert!(both["median_abs_latency_error_at_nominal_pct"].as_f64().is_some(), "{both}");
+    // On one engine thread the rounds and readings are also timed on the process's CPU clock, which brings
+    // the networks to nominal speed; the wall-clock figure is kept next to it.
+    assert_eq!(probe["clock"], "cpu", "{both}");
+    assert!(probe["cpu_median_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{both}");
+    assert!(tiny["measured_cpu_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{tiny}");
+    assert!(tiny["latency_error_at_nominal_wall_pct"].as_f64().is_some(), "{tiny}");
     let bench =
         json_of(&perfmodel(dir.path(), &["bench", "net.json", "--rounds", "1", "--device", "dev", "--format", "json"]));
     assert_eq!(both["networks"][1]["network"], "tiny");
@@ -623,4 +629,11 @@ fn at_current_speed_scales_the_probe_following_layers_of_the_shipped_models() {
     let out = perfmodel(dir.path(), &args);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--at-current-speed: needs --method learned"));
+
+    // A duration that is not one is a usage error, before anything runs.
+    for bad in ["0", "-1", "soon", "1e9"] {
+        let out = perfmodel(dir.path(), &["speed", &format!("--seconds={bad}")]);
+        assert_eq!(out.status.code(), Some(2), "--seconds {bad}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--seconds"), "--seconds {bad}");
+    }
 }

@@ -27,12 +27,15 @@ pub struct Args {
     /// Zoo directory for the default networks [default: ./zoo, else the shipped zoo]
     #[arg(long)]
     zoo_dir: Option<PathBuf>,
-    /// Timed rounds per network, interleaved across the networks (the median is used)
+    /// Timed rounds per network (the median is used)
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     rounds: u64,
     /// Untimed warm-up runs per network
     #[arg(long, default_value_t = 2)]
     warmup: usize,
+    /// Rounds a network runs back to back in one turn before the next network's turn
+    #[arg(long, default_value_t = 5)]
+    block: usize,
     /// Do not time the speed probe between the rounds. With it, the median round is brought to the nominal
     /// speed of the models' data (the share of the network in layer types that follow the probe), so the
     /// calibration holds the network-level effect only, not how busy a shared machine happened to be
@@ -91,10 +94,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         )));
     }
     let nets = nets.iter().map(Network::load).collect::<perfmodel::Result<Vec<Network>>>()?;
-    eprintln!("running {} networks, {} interleaved rounds each", nets.len(), args.rounds);
+    eprintln!("running {} networks, {} rounds each", nets.len(), args.rounds);
     let (rounds, warmup) = if args.memory_only { (1, 0) } else { (args.rounds as usize, args.warmup) };
     let nominal = if args.memory_only || args.no_speed_probe { None } else { nominal_probe_ms(Some(store)) };
-    let (profiles, readings) = bench_with_speed_probe(&nets, &profile, nominal.is_some(), rounds, warmup)?;
+    let (profiles, readings) = bench_with_speed_probe(&nets, &profile, nominal.is_some(), rounds, warmup, args.block)?;
     let estimates = nets.iter().map(|n| estimator.estimate(n)).collect::<perfmodel::Result<Vec<_>>>()?;
     let mut at_nominal = Validation::new(&args.device, "learned", {
         estimates.iter().zip(&profiles).map(|(e, m)| NetworkError::new(e, m)).collect()

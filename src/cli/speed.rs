@@ -16,8 +16,8 @@ pub struct Args {
     /// Device whose engine settings (threads) and collected data to use
     #[arg(long, default_value = perfmodel::estimate::DEFAULT_DEVICE)]
     device: String,
-    /// How long to keep timing the probe
-    #[arg(long, default_value_t = 5.0)]
+    /// How long to keep timing the probe, in seconds (up to a day)
+    #[arg(long, default_value_t = 5.0, value_parser = parse_seconds)]
     seconds: f64,
     /// Pause between readings, in ms
     #[arg(long, default_value_t = 250)]
@@ -37,12 +37,18 @@ pub struct Args {
     data_dir: Option<PathBuf>,
 }
 
+/// A duration in seconds, above 0 and at most a day: a usage error (exit code 2) otherwise, like every other
+/// malformed argument.
+fn parse_seconds(text: &str) -> Result<f64, String> {
+    let seconds: f64 = text.trim().parse().map_err(|_| format!("expected a number of seconds, got '{text}'"))?;
+    if seconds.is_finite() && seconds > 0.0 && seconds <= 86_400.0 {
+        Ok(seconds)
+    } else {
+        Err(format!("expected a duration above 0 and at most 86400 s, got {text}"))
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.seconds.is_finite() && args.seconds > 0.0 && args.seconds <= 86_400.0,
-        "--seconds: expected a duration between 0 and 86400 s, got {}",
-        args.seconds
-    );
     let collectors = args.collectors_dir.unwrap_or_else(|| default_dir("collectors"));
     let profile = DeviceProfile::load(&collectors, &args.device)?;
     let executor = TractExecutor::new(profile.threads)?;

@@ -5,7 +5,7 @@ use anyhow::Context;
 use perfmodel::collect::profile::DeviceProfile;
 use perfmodel::collect::speed::{SpeedProbe, PROBE_MAX_AGE};
 use perfmodel::engine::{profile_networks_between, TractExecutor};
-use perfmodel::estimate::validate::{NetworkError, Validation};
+use perfmodel::estimate::validate::{NetworkError, ProbeReadings, Validation};
 use perfmodel::Network;
 use std::path::PathBuf;
 
@@ -16,9 +16,12 @@ pub struct Args {
     nets: Vec<PathBuf>,
     #[command(flatten)]
     estimator: EstimatorArgs,
-    /// Timed rounds per network, interleaved across the networks (the median is used)
+    /// Timed rounds per network (the median is used)
     #[arg(long, default_value_t = 20)]
     rounds: usize,
+    /// Rounds a network runs back to back in one turn before the next network's turn
+    #[arg(long, default_value_t = 5)]
+    block: usize,
     /// Untimed warm-up runs per network
     #[arg(long, default_value_t = 3)]
     warmup: usize,
@@ -29,8 +32,8 @@ pub struct Args {
     format: Format,
 }
 
-/// Profile `nets` with rounds interleaved across them (so a slow spell of the machine does not land on one of
-/// them), with the speed probe (`collect::speed`) timed before and right after every network's round.
+/// Profile `nets` in turns of `block` rounds ([`profile_networks_between`]), with the speed probe (`collect::speed`) timed before and right after every
+/// round (a reading is reused for [`PROBE_MAX_AGE`], so a small network's rounds mostly run back to back).
 /// Returns the profiles and the probe readings (empty when `probe` is false or the probe could not be built; a
 /// note says why).
 pub(super) fn bench_with_speed_probe(
@@ -39,7 +42,8 @@ pub(super) fn bench_with_speed_probe(
     probe: bool,
     rounds: usize,
     warmup: usize,
-) -> anyhow::Result<(Vec<perfmodel::engine::NetworkProfile>, Vec<f64>)> {
+    block: usize,
+) -> anyhow::Result<(Vec<perfmodel::engine::NetworkProfile>, ProbeReadings)> {
     let executor = TractExecutor::new(device.threads)?;
     let mut probe = match probe.then(|| SpeedProbe::new(&executor, device.protocol.burn_in_runs)) {
         Some(Ok(p)) => Some(p),
@@ -49,11 +53,11 @@ pub(super) fn bench_with_speed_probe(
         }
         None => None,
     };
-    let mut readings = Vec::new();
-    let measured = profile_networks_between(nets, &executor, rounds, warmup, &mut |_| {
+    let mut readings = ProbeReadings::new(nets.len(), rounds);
+    let measured = profile_networks_between(nets, &executor, rounds, warmup, block, &mut |step| {
         if let Some(p) = probe.as_mut() {
             match p.reading(PROBE_MAX_AGE) {
-                Ok(ms) => readings.push(ms),
+                Ok(ms) => readings.record(step, ms, p.last_cpu_ms()),
                 Err(e) => {
                     // Later rounds then have no bracket and get no error at nominal speed.
                     eprintln!("note: the speed probe failed ({e}); machine speed not measured from here on");
@@ -90,7 +94,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         _ => None,
     };
     let nominal = if args.no_speed_probe { None } else { nominal_probe_ms(store) };
-    let (measured, readings) = bench_with_speed_probe(&nets, &device, nominal.is_some(), args.rounds, args.warmup)?;
+    let (measured, readings) =
+        bench_with_speed_probe(&nets, &device, nominal.is_some(), args.rounds, args.warmup, args.block)?;
     let rows = estimates.iter().zip(&measured).map(|(e, m)| NetworkError::new(e, m)).collect();
     let mut v = Validation::new(estimator.device(), estimator.method().name(), rows);
     if let Some(nominal) = nominal.filter(|_| !readings.is_empty()) {
@@ -142,13 +147,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         ))
                     })
                     .collect();
+                let cpu = probe.cpu_median_ms.map_or(String::new(), |ms| format!(" ({ms:.3} ms of CPU)"));
                 println!(
-                    "machine speed: probe median {:.3} ms over {} readings, {:.2}x the nominal {:.3} ms of the \
+                    "machine speed: probe median {:.3} ms{cpu} over {} readings, {:.2}x the nominal {:.3} ms of the \
                      models' data",
                     probe.median_ms, probe.readings, probe.ratio, probe.nominal_ms
                 );
+                let clock = match probe.clock {
+                    "cpu" => "from the CPU clock of rounds and probe",
+                    _ => "from the wall clock",
+                };
                 println!(
-                    "measured at nominal speed: {}; median |error| {median:.1}%, max |error| {max:.1}%",
+                    "measured at nominal speed ({clock}): {}; median |error| {median:.1}%, max |error| {max:.1}%",
                     per_network.join(", ")
                 );
             }

@@ -14,6 +14,7 @@
 //! universal clock.
 
 use super::stats::quantile_sorted;
+use crate::cpu_clock::time_both;
 use crate::engine::{Executor, Workload};
 use crate::error::{Error, Result};
 use crate::layer::{LayerConfig, LayerType};
@@ -50,6 +51,8 @@ pub struct SpeedProbe {
     workload: Box<dyn Workload>,
     /// When the last reading was taken, and its value (ms).
     last: Option<(Instant, f64)>,
+    /// The last reading on the calling thread's CPU clock ([`crate::cpu_clock`]), ms.
+    last_cpu: Option<f64>,
 }
 
 impl SpeedProbe {
@@ -61,21 +64,36 @@ impl SpeedProbe {
         for _ in 0..burn_in.max(1) {
             workload.run()?;
         }
-        Ok(SpeedProbe { workload, last: None })
+        Ok(SpeedProbe { workload, last: None, last_cpu: None })
     }
 
-    /// Time the probe now: the median of a few runs, in ms.
+    /// Time the probe now: the median of a few runs, in ms (wall clock; [`SpeedProbe::last_cpu_ms`] has the
+    /// same runs on the CPU clock).
     pub fn measure(&mut self) -> Result<f64> {
-        let mut times = [0.0; RUNS_PER_READING];
-        for t in &mut times {
-            let started = Instant::now();
-            self.workload.run()?;
-            *t = started.elapsed().as_secs_f64() * 1e3;
+        let mut wall = [0.0; RUNS_PER_READING];
+        let mut cpu = [0.0; RUNS_PER_READING];
+        let mut cpu_readable = true;
+        for (w, c) in wall.iter_mut().zip(&mut cpu) {
+            let (ran, wall_ms, cpu_ms) = time_both(|| self.workload.run());
+            ran?;
+            *w = wall_ms;
+            match cpu_ms {
+                Some(ms) => *c = ms,
+                None => cpu_readable = false,
+            }
         }
-        times.sort_by(f64::total_cmp);
-        let ms = times[RUNS_PER_READING / 2];
+        wall.sort_by(f64::total_cmp);
+        cpu.sort_by(f64::total_cmp);
+        let ms = wall[RUNS_PER_READING / 2];
         self.last = Some((Instant::now(), ms));
+        self.last_cpu = cpu_readable.then(|| cpu[RUNS_PER_READING / 2]);
         Ok(ms)
+    }
+
+    /// The CPU-clock median of the runs of the last reading, ms (`None` before the first reading or when the
+    /// CPU clock cannot be read).
+    pub fn last_cpu_ms(&self) -> Option<f64> {
+        self.last_cpu
     }
 
     /// The last reading if it is younger than `max_age`, else a new one: keeps the probe's share of a

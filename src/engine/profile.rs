@@ -10,6 +10,7 @@
 
 use super::{TractExecutor, TractWorkload};
 use crate::collect::alloc;
+use crate::cpu_clock::time_both;
 use crate::error::{Error, Result};
 use crate::layer::Op;
 use crate::network::Network;
@@ -59,6 +60,11 @@ pub struct TotalProfile {
     /// Every timed round's latency, in the order they ran (the median of these is `latency_ms`).
     #[serde(default)]
     pub round_latency_ms: Vec<f64>,
+    /// The same rounds on the calling thread's CPU clock ([`crate::cpu_clock`]): what they computed without the
+    /// stretches the machine's hypervisor took the CPU away. Empty when the engine ran on a thread pool (the
+    /// work then runs on other threads) or the clock could not be read.
+    #[serde(default)]
+    pub round_cpu_ms: Vec<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -76,51 +82,71 @@ pub struct LayerProfile {
 /// Run `network` with tract: one run measuring memory, `warmup` untimed runs, then `rounds` timed runs and
 /// `rounds` instrumented runs.
 pub fn profile_network(network: &Network, threads: usize, rounds: usize, warmup: usize) -> Result<NetworkProfile> {
-    Ok(profile_networks(std::slice::from_ref(network), &TractExecutor::new(threads)?, rounds, warmup)?.remove(0))
+    Ok(profile_networks(std::slice::from_ref(network), &TractExecutor::new(threads)?, rounds, warmup, rounds)?
+        .remove(0))
 }
 
-/// Profile several networks with their rounds interleaved (round 1 of every network, then round 2, ...), so a
-/// slow spell of a shared machine is spread over all of them instead of landing on one: on this VM the same
-/// network's time moves by ±20% over seconds. All networks are built first and stay in memory.
+/// Profile several networks in turns: `block` rounds of the first network back to back, then `block` rounds
+/// of the next, and so on, then the next `block` rounds of each, until every network has run `rounds` rounds.
+/// A network's rounds within a turn follow each other as inference after inference does when it is deployed,
+/// with its weights and activations in the caches; a small network timed right after a large one (or after
+/// the speed probe) is not: interleaved round by round with the other holdout networks, mnist_cnn (2.0 ms on
+/// its own) measured 2.75-2.80 ms (2026-11-22). Several turns per network spread the machine's slow spells
+/// over all networks instead of letting one land on whichever network runs in it (the same network's time
+/// moves by 1.5x within seconds on this VM). All networks are built first and stay in memory.
 pub fn profile_networks(
     networks: &[Network],
     executor: &TractExecutor,
     rounds: usize,
     warmup: usize,
+    block: usize,
 ) -> Result<Vec<NetworkProfile>> {
-    profile_networks_between(networks, executor, rounds, warmup, &mut |_| Ok(()))
+    profile_networks_between(networks, executor, rounds, warmup, block, &mut |_| Ok(()))
 }
 
-/// [`profile_networks`], calling `between(2k)` before and `between(2k + 1)` right after the runs of round `k`
-/// (`k = round * networks + network`: the instrumented per-node run, then the timed run): a side measurement
-/// taken in step with the networks (such as how fast the machine runs) sees the same moments of the machine as
-/// each timed run, which it brackets.
+/// Where [`profile_networks_between`] is when it calls its hook: before (`after` false) or right after (`after`
+/// true) the runs of round `round` of network `network`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BenchStep {
+    pub network: usize,
+    pub round: usize,
+    pub after: bool,
+}
+
+/// [`profile_networks`], calling `between` before and right after the runs of every round (the instrumented
+/// per-node run, then the timed run): a side measurement taken in step with the networks (such as how fast
+/// the machine runs) sees the same moments of the machine as each timed run, which it brackets.
 pub fn profile_networks_between(
     networks: &[Network],
     executor: &TractExecutor,
     rounds: usize,
     warmup: usize,
-    between: &mut dyn FnMut(usize) -> Result<()>,
+    block: usize,
+    between: &mut dyn FnMut(BenchStep) -> Result<()>,
 ) -> Result<Vec<NetworkProfile>> {
     if rounds == 0 {
         return Err(Error::Invalid("bench needs at least one round".into()));
+    }
+    if block == 0 {
+        return Err(Error::Invalid("bench needs at least one round per turn".into()));
     }
     let mut benches = networks
         .iter()
         .map(|n| NetworkBench::new(executor, n, rounds, warmup))
         .collect::<Result<Vec<NetworkBench>>>()?;
-    let mut step = 0;
-    for _round in 0..rounds {
-        for bench in &mut benches {
-            // The instrumented run separates the timed run from whatever ran before it on this thread (another
-            // network, the side measurement): the timed run then sees the steady state a network run on its own
-            // (or deployed, inference after inference) sees. Timed right after the speed probe, mnist_cnn
-            // measured 2.2-2.7 ms against 2.0 ms without the probe (2026-11-22, 40 rounds each).
-            between(step)?;
-            bench.instrumented_run()?;
-            bench.timed_run()?;
-            between(step + 1)?;
-            step += 2;
+    for first in (0..rounds).step_by(block) {
+        for (network, bench) in benches.iter_mut().enumerate() {
+            for round in first..(first + block).min(rounds) {
+                // The instrumented run separates the timed run from whatever ran before it on this thread
+                // (another network, the side measurement): the timed run then sees the steady state a network
+                // run on its own (or deployed, inference after inference) sees. Timed right after the speed
+                // probe, mnist_cnn measured 2.2-2.7 ms against 2.0 ms without the probe (2026-11-22, 40 rounds
+                // each).
+                between(BenchStep { network, round, after: false })?;
+                bench.instrumented_run()?;
+                bench.timed_run()?;
+                between(BenchStep { network, round, after: true })?;
+            }
         }
     }
     benches.into_iter().map(|b| b.finish(executor)).collect()
@@ -186,6 +212,9 @@ struct NetworkBench<'a> {
     attribution: Attribution,
     memory: MemoryMeasurement,
     totals: Vec<f64>,
+    /// The timed runs on the calling thread's CPU clock (empty once the clock could not be read).
+    cpu_totals: Vec<f64>,
+    cpu_readable: bool,
     per_layer: Vec<Vec<f64>>,
     unattributed: Vec<f64>,
 }
@@ -211,17 +240,25 @@ impl<'a> NetworkBench<'a> {
             attribution,
             memory,
             totals: Vec::with_capacity(rounds),
+            cpu_totals: Vec::with_capacity(rounds),
+            cpu_readable: true,
             per_layer: vec![Vec::with_capacity(rounds); network.layers.len()],
             unattributed: Vec::with_capacity(rounds),
         })
     }
 
-    /// One timed plain run and one instrumented run.
-    /// One timed whole-network run.
+    /// One timed whole-network run, on the wall clock and the calling thread's CPU clock.
     fn timed_run(&mut self) -> Result<()> {
-        let start = Instant::now();
-        self.workload.run_outputs()?;
-        self.totals.push(start.elapsed().as_secs_f64() * 1e3);
+        let (ran, wall_ms, cpu_ms) = time_both(|| self.workload.run_outputs());
+        ran?;
+        self.totals.push(wall_ms);
+        match cpu_ms {
+            Some(ms) if self.cpu_readable => self.cpu_totals.push(ms),
+            _ => {
+                self.cpu_readable = false;
+                self.cpu_totals.clear();
+            }
+        }
         Ok(())
     }
 
@@ -248,6 +285,8 @@ impl<'a> NetworkBench<'a> {
         let weight_bytes: u64 = network.analyze()?.costs.iter().map(|c| c.weight_elems * 4).sum();
         let planned_bytes = weight_bytes + self.workload.planned_activation_peak_bytes()?;
         let round_latency_ms = self.totals.clone();
+        // On the CPU clock only when the runs computed on this thread: a pool computes on its own threads.
+        let round_cpu_ms = if executor.threads() == 1 { std::mem::take(&mut self.cpu_totals) } else { Vec::new() };
         let totals = &mut self.totals;
         Ok(NetworkProfile {
             network: network.name.clone(),
@@ -268,6 +307,7 @@ impl<'a> NetworkBench<'a> {
                 },
                 planned_memory_mib: planned_bytes as f64 / MIB,
                 round_latency_ms,
+                round_cpu_ms,
                 resident_memory_mib: self.memory.resident_bytes.map(|b| b as f64 / MIB),
             },
             layers: network
