@@ -637,3 +637,38 @@ fn at_current_speed_scales_the_probe_following_layers_of_the_shipped_models() {
         assert!(String::from_utf8_lossy(&out.stderr).contains("--seconds"), "--seconds {bad}");
     }
 }
+
+#[test]
+fn the_layer_cache_answers_what_the_models_answer_and_keeps_stores_apart() {
+    // Two stores with different answers, asked in turn on this one thread about the same layers.
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    tiny_store(&a);
+    write_store(
+        &b,
+        "dev",
+        vec![
+            (LayerType::Conv2d, Metric::Latency, constant(7.0)),
+            (LayerType::MaxPool2d, Metric::Latency, constant(0.25)),
+            (LayerType::Dense, Metric::Latency, constant(3.0)),
+        ],
+    );
+    let net = Network::from_json_str(TINY, "tiny_net.json").unwrap();
+    let cached_a = perfmodel::estimate::Estimator::open(&a, "dev").unwrap();
+    let cached_b = perfmodel::estimate::Estimator::open(&b, "dev").unwrap();
+    let fresh_a = perfmodel::estimate::Estimator::open(&a, "dev").unwrap().with_layer_cache(false);
+    for _ in 0..3 {
+        let (ea, eb, fa) =
+            (cached_a.estimate(&net).unwrap(), cached_b.estimate(&net).unwrap(), fresh_a.estimate(&net).unwrap());
+        let json = |e: &perfmodel::estimate::Estimate| serde_json::to_string(e).unwrap();
+        assert_eq!(json(&ea), json(&fa), "the cache changes nothing");
+        // Store b's answers, not a's remembered ones.
+        let conv = |e: &perfmodel::estimate::Estimate| {
+            e.layers.iter().find(|l| l.layer_type == LayerType::Conv2d).unwrap().latency_ms
+        };
+        assert_eq!((conv(&ea), conv(&eb)), (Some(2.0), Some(7.0)));
+        // The same files opened again are another store: its answers are its own too.
+        let again = perfmodel::estimate::Estimator::open(&a, "dev").unwrap().estimate(&net).unwrap();
+        assert_eq!(json(&again), json(&ea));
+    }
+}

@@ -76,19 +76,35 @@ impl Method {
         }
     }
 
-    fn predict(&self, config: &LayerConfig, cost: &LayerCost) -> std::result::Result<Option<Prediction>, LayerError> {
+    fn predict(
+        &self,
+        config: &LayerConfig,
+        cost: &LayerCost,
+        cache: bool,
+    ) -> std::result::Result<Option<Prediction>, LayerError> {
         let layer_type = config.layer_type();
         match self {
             Method::Learned(store) => {
                 let Some(latency) = store.predictor(layer_type, Metric::Latency) else { return Ok(None) };
                 let features = config.features()?;
-                let other = |metric| store.predictor(layer_type, metric).map(|p| p.predict(&features));
-                let memory = store.predictor(layer_type, Metric::Memory);
+                let predict = || {
+                    let other = |metric| store.predictor(layer_type, metric).map(|p| p.predict(&features));
+                    let memory = store.predictor(layer_type, Metric::Memory);
+                    LearnedPrediction {
+                        latency_ms: latency.predict(&features),
+                        power_w: other(Metric::Power),
+                        memory_mib: memory.map(|p| p.predict(&features)),
+                        weight_bytes: memory
+                            .and_then(|p| p.known_part())
+                            .and_then(|k| k.resident_weight_bytes(&features)),
+                    }
+                };
+                let p = if cache { cached_prediction(store.id(), layer_type, &features, predict) } else { predict() };
                 Ok(Some(Prediction {
-                    latency_ms: latency.predict(&features),
-                    power_w: other(Metric::Power),
-                    memory_mib: memory.map(|p| p.predict(&features)),
-                    weight_bytes: memory.and_then(|p| p.known_part()).and_then(|k| k.resident_weight_bytes(&features)),
+                    latency_ms: p.latency_ms,
+                    power_w: p.power_w,
+                    memory_mib: p.memory_mib,
+                    weight_bytes: p.weight_bytes,
                     predictor: latency.method().to_string(),
                 }))
             }
@@ -113,6 +129,49 @@ impl Method {
             Method::Template(_) => Ok(None),
         }
     }
+}
+
+/// What the trained models of a store answer for one layer's features.
+#[derive(Debug, Clone, Copy)]
+struct LearnedPrediction {
+    latency_ms: f64,
+    power_w: Option<f64>,
+    memory_mib: Option<f64>,
+    weight_bytes: Option<u64>,
+}
+
+/// Entries the per-thread prediction cache holds before it starts over.
+const LAYER_CACHE_LIMIT: usize = 1 << 16;
+
+/// `predict()` for a layer of `layer_type` with these features under the store `store_id`, remembered per
+/// thread. The models are pure functions of the features, so a remembered answer is the answer, bit for bit.
+/// A NAS loop mutates one block of a candidate at a time: most layers it asks about were asked before, and a
+/// lookup (hashing ~40 numbers) costs a fraction of walking a 190,000-node forest. Per thread, so an estimator
+/// shared by several threads takes no lock.
+fn cached_prediction(
+    store_id: u64,
+    layer_type: LayerType,
+    features: &[f64],
+    predict: impl FnOnce() -> LearnedPrediction,
+) -> LearnedPrediction {
+    type Key = (u64, LayerType, Vec<u64>);
+    thread_local! {
+        static CACHE: std::cell::RefCell<std::collections::HashMap<Key, LearnedPrediction>> =
+            std::cell::RefCell::new(std::collections::HashMap::new());
+    }
+    let key: Key = (store_id, layer_type, features.iter().map(|x| x.to_bits()).collect());
+    if let Some(known) = CACHE.with(|c| c.borrow().get(&key).copied()) {
+        return known;
+    }
+    let value = predict();
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= LAYER_CACHE_LIMIT {
+            c.clear();
+        }
+        c.insert(key, value);
+    });
+    value
 }
 
 /// Inputs, output and weights of a layer (f32), MiB.
@@ -158,6 +217,8 @@ pub struct Estimator {
     calibration_note: Option<String>,
     /// Models that ask tract how it runs a layer and were trained where tract dispatches other kernels.
     engine_note: Option<String>,
+    /// Whether learned per-layer predictions are remembered per thread ([`Estimator::with_layer_cache`]).
+    layer_cache: bool,
 }
 
 impl Estimator {
@@ -238,7 +299,16 @@ impl Estimator {
             calibration: None,
             calibration_note: None,
             engine_note: None,
+            layer_cache: true,
         }
+    }
+
+    /// Remember the learned models' answer for each layer configuration, per thread (on by default). The
+    /// answers are the same either way; off, every layer is predicted afresh (what a benchmark of the models'
+    /// speed wants).
+    pub fn with_layer_cache(mut self, on: bool) -> Estimator {
+        self.layer_cache = on;
+        self
     }
 
     /// The estimator `perfmodel estimate --method NAME` uses: the method's inputs come from `dirs`, and the
@@ -353,7 +423,8 @@ impl Estimator {
                 false
             } else {
                 let config = analysis.config(net, i);
-                let prediction = self.method.predict(&config, cost).map_err(|e| layer_error(net, i, e))?;
+                let prediction =
+                    self.method.predict(&config, cost, self.layer_cache).map_err(|e| layer_error(net, i, e))?;
                 match prediction {
                     Some(p) => {
                         if let Some(bytes) = p.weight_bytes {

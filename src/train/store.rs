@@ -206,13 +206,26 @@ pub fn model_file_name(layer_type: LayerType, metric: Metric) -> String {
 /// All trained predictors of one device, loaded and verified. Cheap to share between threads.
 #[derive(Debug)]
 pub struct ModelStore {
+    /// Distinct for every store opened in this process: predictions cached per thread are keyed by it.
+    id: u64,
     device: String,
     dir: PathBuf,
     manifest: Manifest,
     predictors: BTreeMap<(LayerType, Metric), Predictor>,
 }
 
+/// A number no other store opened in this process has.
+fn next_store_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 impl ModelStore {
+    /// This store's identity within the process (distinct for every store opened, even of the same files).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     /// Load `models_dir/<device>/manifest.json` and every model it lists.
     pub fn open(models_dir: &Path, device: &str) -> Result<ModelStore> {
         let dir = device_dir(models_dir, device);
@@ -274,7 +287,7 @@ impl ModelStore {
             let file = ModelFile::decode(&path, &bytes, layer_type, metric)?;
             predictors.insert((layer_type, metric), file.predictor);
         }
-        Ok(ModelStore { device: device.to_string(), dir, manifest, predictors })
+        Ok(ModelStore { id: next_store_id(), device: device.to_string(), dir, manifest, predictors })
     }
 
     /// Write `models` (each atomically, recording its SHA-256 in the manifest entry of the same layer type and
