@@ -140,8 +140,10 @@ struct LearnedPrediction {
     weight_bytes: Option<u64>,
 }
 
-/// Entries the per-thread prediction cache holds before it starts over.
-const LAYER_CACHE_LIMIT: usize = 1 << 16;
+/// Entries the per-thread prediction cache holds before it starts over: at about 400 bytes an entry (the
+/// features are the key) a few megabytes per thread, and far more layer configurations than a NAS loop's
+/// population has in flight.
+const LAYER_CACHE_LIMIT: usize = 1 << 14;
 
 /// `predict()` for a layer of `layer_type` with these features under the store `store_id`, remembered per
 /// thread. The models are pure functions of the features, so a remembered answer is the answer, bit for bit.
