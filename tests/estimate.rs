@@ -377,7 +377,7 @@ fn validate_and_outliers_benchmark_the_network_for_real() {
         100.0 * (predicted - at_nominal) / at_nominal
     ));
     assert!(both["median_abs_latency_error_at_nominal_pct"].as_f64().is_some(), "{both}");
-    // On one engine thread the rounds and readings are also timed on the process's CPU clock, which brings
+    // On one engine thread the rounds and readings are also timed on the thread's CPU clock, which brings
     // the networks to nominal speed; the wall-clock figure is kept next to it.
     assert_eq!(probe["clock"], "cpu", "{both}");
     assert!(probe["cpu_median_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{both}");
@@ -387,6 +387,11 @@ fn validate_and_outliers_benchmark_the_network_for_real() {
         json_of(&perfmodel(dir.path(), &["bench", "net.json", "--rounds", "1", "--device", "dev", "--format", "json"]));
     assert_eq!(both["networks"][1]["network"], "tiny");
     assert_eq!(both["networks"][1]["measured_peak_memory_mib"], bench["total"]["peak_memory_mib"], "{both}\n{bench}");
+
+    // A turn of no rounds is a usage error, before anything runs.
+    let out = perfmodel(dir.path(), &["validate", "net.json", "--device", "dev", "--block", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--block"));
 
     let mut args = vec!["outliers", "net.json", "--device", "dev", "--rounds", "2", "--format", "json"];
     args.extend(DIRS);
@@ -667,7 +672,7 @@ fn the_layer_cache_answers_what_the_models_answer_and_keeps_stores_apart() {
             e.layers.iter().find(|l| l.layer_type == LayerType::Conv2d).unwrap().latency_ms
         };
         assert_eq!((conv(&ea), conv(&eb)), (Some(2.0), Some(7.0)));
-        // The same files opened again are another store: its answers are its own too.
+        // The same files opened again (another store id) answer the same.
         let again = perfmodel::estimate::Estimator::open(&a, "dev").unwrap().estimate(&net).unwrap();
         assert_eq!(json(&again), json(&ea));
     }

@@ -34,8 +34,8 @@ pub struct Args {
     #[arg(long, default_value_t = 2)]
     warmup: usize,
     /// Rounds a network runs back to back in one turn before the next network's turn
-    #[arg(long, default_value_t = 5)]
-    block: usize,
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    block: u64,
     /// Do not time the speed probe between the rounds. With it, the median round is brought to the nominal
     /// speed of the models' data (the share of the network in layer types that follow the probe), so the
     /// calibration holds the network-level effect only, not how busy a shared machine happened to be
@@ -97,7 +97,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     eprintln!("running {} networks, {} rounds each", nets.len(), args.rounds);
     let (rounds, warmup) = if args.memory_only { (1, 0) } else { (args.rounds as usize, args.warmup) };
     let nominal = if args.memory_only || args.no_speed_probe { None } else { nominal_probe_ms(Some(store)) };
-    let (profiles, readings) = bench_with_speed_probe(&nets, &profile, nominal.is_some(), rounds, warmup, args.block)?;
+    let (profiles, readings) = bench_with_speed_probe(
+        &nets,
+        &profile,
+        nominal.is_some(),
+        rounds,
+        warmup,
+        usize::try_from(args.block).unwrap_or(usize::MAX),
+    )?;
     let estimates = nets.iter().map(|n| estimator.estimate(n)).collect::<perfmodel::Result<Vec<_>>>()?;
     let mut at_nominal = Validation::new(&args.device, "learned", {
         estimates.iter().zip(&profiles).map(|(e, m)| NetworkError::new(e, m)).collect()

@@ -20,8 +20,8 @@ pub struct Args {
     #[arg(long, default_value_t = 20)]
     rounds: usize,
     /// Rounds a network runs back to back in one turn before the next network's turn
-    #[arg(long, default_value_t = 5)]
-    block: usize,
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    block: u64,
     /// Untimed warm-up runs per network
     #[arg(long, default_value_t = 3)]
     warmup: usize,
@@ -94,8 +94,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         _ => None,
     };
     let nominal = if args.no_speed_probe { None } else { nominal_probe_ms(store) };
-    let (measured, readings) =
-        bench_with_speed_probe(&nets, &device, nominal.is_some(), args.rounds, args.warmup, args.block)?;
+    let (measured, readings) = bench_with_speed_probe(
+        &nets,
+        &device,
+        nominal.is_some(),
+        args.rounds,
+        args.warmup,
+        usize::try_from(args.block).unwrap_or(usize::MAX),
+    )?;
     let rows = estimates.iter().zip(&measured).map(|(e, m)| NetworkError::new(e, m)).collect();
     let mut v = Validation::new(estimator.device(), estimator.method().name(), rows);
     if let Some(nominal) = nominal.filter(|_| !readings.is_empty()) {

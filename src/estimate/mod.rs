@@ -358,7 +358,7 @@ impl Estimator {
     pub fn with_method(self, method: Method) -> Estimator {
         let bandwidth = self.memory_bandwidth_gbs;
         // A calibration belongs to the method it was fitted for; another method starts uncalibrated.
-        let mut e = Estimator::new(&self.device, method);
+        let mut e = Estimator::new(&self.device, method).with_layer_cache(self.layer_cache);
         e.memory_bandwidth_gbs = e.memory_bandwidth_gbs.or(bandwidth);
         e
     }

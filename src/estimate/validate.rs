@@ -121,7 +121,7 @@ pub struct ProbeSpeed {
     /// `median_ms / nominal_ms`: above 1, the machine ran slower than while its data was collected.
     pub ratio: f64,
     pub readings: usize,
-    /// Median of the readings on the calling thread's CPU clock.
+    /// Median of the readings on the calling thread's CPU clock, when that clock was used (`clock` "cpu").
     pub cpu_median_ms: Option<f64>,
     /// The clock the networks were brought to nominal speed with: "cpu" (rounds and readings on the
     /// calling thread's CPU clock) or "wall".
@@ -175,8 +175,11 @@ impl Validation {
     /// ([`network_latency_at_nominal`]): the others did not follow it while the data was collected. When every
     /// round and reading was also timed on the calling thread's CPU clock, the CPU-clock times are used: they
     /// leave out the stretches the hypervisor took the CPU away, which no probe reading next to a round
-    /// catches reliably. (Correcting the whole of mnist_cnn instead of its probe-following 85% moved its error
-    /// at nominal from +0.2% to -6.3%, 2026-11-22: the machine's speed states are not all stolen time.)
+    /// catches reliably. The nominal is a wall-clock median of the collection, whose rows carried the stolen
+    /// time of their moments; a CPU-clock round over a CPU-clock reading is the same ratio as on the wall clock
+    /// when steal slows round and probe alike, so the result is in the models' units. (Correcting the whole of
+    /// mnist_cnn instead of its probe-following 85% moved its error at nominal from +0.2% to -6.3%,
+    /// 2026-11-22: the machine's speed states are not all stolen time.)
     pub fn with_speed_probe(
         mut self,
         nominal_ms: f64,
@@ -217,7 +220,7 @@ impl Validation {
                 median_ms,
                 ratio: median_ms / nominal_ms,
                 readings: readings.len(),
-                cpu_median_ms: median_of(&readings.values(true)),
+                cpu_median_ms: if cpu_clock { median_of(&readings.values(true)) } else { None },
                 clock: if cpu_clock { "cpu" } else { "wall" },
             });
         }
