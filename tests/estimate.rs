@@ -357,7 +357,8 @@ fn validate_and_outliers_benchmark_the_network_for_real() {
     let mut manifest: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
     manifest["speed_probe"] = serde_json::json!({
-        "probe_key": perfmodel::collect::speed::probe_key(), "nominal_ms": 2.0, "probed_rows": 1, "rows": 1
+        "probe_key": perfmodel::collect::speed::probe_key(), "nominal_ms": 2.0, "probed_rows": 1, "rows": 1,
+        "elasticity": perfmodel::collect::speed::PROBE_ELASTICITY
     });
     std::fs::write(&manifest_path, serde_json::to_string(&manifest).unwrap()).unwrap();
     let mut args = vec!["validate", "big.json", "net.json", "--device", "dev", "--rounds", "1", "--format", "json"];

@@ -117,11 +117,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.at_current_speed {
         let (now, nominal) = current_speed(&args, &estimator)?;
         estimate = estimate.at_machine_speed(
-            now / nominal,
+            perfmodel::collect::speed::speed_factor(now, nominal),
             format!(
                 "conv2d, depthwise, dense and pooling latencies scaled to this machine's speed now: speed probe \
-                 {now:.3} ms, {:.2}x the models' nominal {nominal:.3} ms",
-                now / nominal
+                 {now:.3} ms, {:.2}x the models' nominal {nominal:.3} ms, so these layers x{:.2} (they follow the \
+                 probe with elasticity {})",
+                now / nominal,
+                perfmodel::collect::speed::speed_factor(now, nominal),
+                perfmodel::collect::speed::PROBE_ELASTICITY
             ),
         );
     }

@@ -689,7 +689,7 @@ pub fn remeasure(
                 if let (Some(ra), Some(rb), true) =
                     (old.speed_ref_ms, new.speed_ref_ms, super::speed::follows_probe(old.layer_type))
                 {
-                    probed.push((a / ra, b / rb));
+                    probed.push((a / super::speed::speed_factor(ra, 1.0), b / super::speed::speed_factor(rb, 1.0)));
                 }
             }
         }

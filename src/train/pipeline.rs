@@ -460,6 +460,7 @@ pub fn nominal_speed(all: &BTreeMap<LayerType, Vec<Sample>>) -> Option<NominalSp
         nominal_ms,
         probed_rows: measured().filter(|s| s.speed_ref_ms.is_some()).count(),
         rows: measured().count(),
+        elasticity: speed::PROBE_ELASTICITY,
     })
 }
 

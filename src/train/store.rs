@@ -70,8 +70,13 @@ impl Manifest {
     /// probe; else why there is none (for the caller's message).
     pub fn nominal_probe_ms(&self) -> std::result::Result<f64, &'static str> {
         match &self.speed_probe {
-            Some(n) if n.probe_key == crate::collect::speed::probe_key() => Ok(n.nominal_ms),
-            Some(_) => Err("were trained with another speed probe (retrain them)"),
+            Some(n) if n.probe_key != crate::collect::speed::probe_key() => {
+                Err("were trained with another speed probe (retrain them)")
+            }
+            Some(n) if n.elasticity != crate::collect::speed::PROBE_ELASTICITY => {
+                Err("were brought to nominal speed with another probe elasticity (retrain them)")
+            }
+            Some(n) => Ok(n.nominal_ms),
             None => Err("have no nominal speed: their data has no speed-probe readings (collect and train again)"),
         }
     }
@@ -87,6 +92,14 @@ pub struct NominalSpeed {
     /// Rows of the device's data with a probe reading, and rows in all.
     pub probed_rows: usize,
     pub rows: usize,
+    /// [`crate::collect::speed::PROBE_ELASTICITY`] the latencies were brought to nominal speed with (1 for
+    /// stores trained before it existed).
+    #[serde(default = "full_elasticity")]
+    pub elasticity: f64,
+}
+
+fn full_elasticity() -> f64 {
+    1.0
 }
 
 /// The content of one `<metric>.bin` file.
@@ -421,6 +434,33 @@ mod tests {
         };
         ModelStore::save(dir.path(), &mut manifest, &files).unwrap();
         (dir, saved)
+    }
+
+    #[test]
+    fn a_nominal_speed_holds_only_for_this_probe_and_elasticity() {
+        let mut manifest = Manifest {
+            format_version: FORMAT_VERSION,
+            perfmodel_version: crate::VERSION.into(),
+            device: "dev".into(),
+            feature_names: BTreeMap::new(),
+            data_hash: String::new(),
+            models: Vec::new(),
+            speed_probe: None,
+        };
+        assert!(manifest.nominal_probe_ms().unwrap_err().contains("no nominal speed"));
+        // Written before the elasticity existed: the latencies were scaled fully (elasticity 1).
+        let old = r#"{"probe_key": "KEY", "nominal_ms": 2.0, "probed_rows": 1, "rows": 1}"#;
+        let mut nominal: NominalSpeed = serde_json::from_str(&old.replace("KEY", &crate::collect::speed::probe_key()))
+            .expect("an old manifest's speed_probe reads");
+        assert_eq!(nominal.elasticity, 1.0);
+        manifest.speed_probe = Some(nominal.clone());
+        assert!(manifest.nominal_probe_ms().unwrap_err().contains("another probe elasticity"));
+        nominal.elasticity = crate::collect::speed::PROBE_ELASTICITY;
+        manifest.speed_probe = Some(nominal.clone());
+        assert_eq!(manifest.nominal_probe_ms(), Ok(2.0));
+        nominal.probe_key = "another".into();
+        manifest.speed_probe = Some(nominal);
+        assert!(manifest.nominal_probe_ms().unwrap_err().contains("another speed probe"));
     }
 
     #[test]
