@@ -61,17 +61,19 @@ pub fn kernel_pick(m: usize, k: usize, n: usize) -> Option<KernelPick> {
     if m == 0 || k == 0 || n == 0 {
         return None;
     }
-    cached(&PICKS, (m, k, n), || dispatch(m, k, n))
+    cached(&PICKS, (m, k, n), CACHE_LIMIT, || dispatch(m, k, n))
 }
 
 /// Entries a per-thread cache holds before it starts over: a NAS loop can ask for new shapes forever.
 const CACHE_LIMIT: usize = 1 << 16;
 
-/// `compute()`, remembered in a per-thread cache: no lock on the prediction path of an estimator shared by
-/// several threads, at the price of each thread asking tract once per shape.
-fn cached<K: Hash + Eq + Copy + 'static, V: Copy + 'static>(
+/// `compute()`, remembered in a per-thread cache of at most `limit` entries (then it starts over): no lock on
+/// the prediction path of an estimator shared by several threads, at the price of each thread computing once
+/// per key.
+pub(crate) fn cached<K: Hash + Eq + 'static, V: Copy + 'static>(
     cache: &'static LocalKey<RefCell<HashMap<K, V>>>,
     key: K,
+    limit: usize,
     compute: impl FnOnce() -> V,
 ) -> V {
     if let Some(known) = cache.with(|c| c.borrow().get(&key).copied()) {
@@ -80,7 +82,7 @@ fn cached<K: Hash + Eq + Copy + 'static, V: Copy + 'static>(
     let value = compute();
     cache.with(|c| {
         let mut c = c.borrow_mut();
-        if c.len() >= CACHE_LIMIT {
+        if c.len() >= limit {
             c.clear();
         }
         c.insert(key, value);
@@ -341,7 +343,7 @@ impl ConvShape {
         thread_local! {
             static FEATURES: RefCell<HashMap<ConvShape, [f64; ENGINE_FEATURES_MAX]>> = RefCell::new(HashMap::new());
         }
-        cached(&FEATURES, *self, || self.compute_engine_features())
+        cached(&FEATURES, *self, CACHE_LIMIT, || self.compute_engine_features())
     }
 
     fn compute_engine_features(&self) -> [f64; ENGINE_FEATURES_MAX] {

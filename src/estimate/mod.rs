@@ -162,18 +162,7 @@ fn cached_prediction(
             std::cell::RefCell::new(std::collections::HashMap::new());
     }
     let key: Key = (store_id, layer_type, features.iter().map(|x| x.to_bits()).collect());
-    if let Some(known) = CACHE.with(|c| c.borrow().get(&key).copied()) {
-        return known;
-    }
-    let value = predict();
-    CACHE.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.len() >= LAYER_CACHE_LIMIT {
-            c.clear();
-        }
-        c.insert(key, value);
-    });
-    value
+    crate::engine::packing::cached(&CACHE, key, LAYER_CACHE_LIMIT, predict)
 }
 
 /// Inputs, output and weights of a layer (f32), MiB.
