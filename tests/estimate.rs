@@ -448,6 +448,7 @@ fn a_calibration_fitted_for_these_models_is_applied_and_a_stale_one_is_not() {
         predicted_latency_ms: ms,
         measured_peak_memory_mib: mib + 2.0 + 0.25 * layers as f64 + 0.5 * (layers / 2) as f64,
         predicted_peak_memory_mib: mib,
+        dense_layers: vec![],
     };
     let hash = models_fingerprint(ModelStore::open(&models, "dev").unwrap().manifest());
     let points =
@@ -473,6 +474,28 @@ fn a_calibration_fitted_for_these_models_is_applied_and_a_stale_one_is_not() {
     let peak = |e: &Value| e["total"]["peak_memory_mib"].as_f64().unwrap();
     // Four executing layers, two of them weighted (c1, d).
     assert!((peak(&v) - (peak(&raw) + 2.0 + 0.25 * 4.0 + 0.5 * 2.0)).abs() < 1e-6, "{} vs {}", peak(&v), peak(&raw));
+
+    // The dense-weights term: the dense layer 'd' also gets 2 ms per MiB of its f32 weights (under the limit),
+    // before the scale; with a limit below its weights, nothing.
+    let inspect = json_of(&perfmodel(dir.path(), &["inspect", "net.json", "--format", "json"]));
+    let d = inspect["layers"].as_array().unwrap().iter().find(|l| l["name"] == "d").unwrap();
+    let d_mib = d["weight_elems"].as_f64().unwrap() * 4.0 / 1048576.0;
+    let written: Value =
+        serde_json::from_str(&std::fs::read_to_string(models.join("dev/calibration.json")).unwrap()).unwrap();
+    let d_latency = |limit: f64| {
+        let mut dense = written.clone();
+        dense["correction"]["dense_weight_ms_per_mib"] = Value::from(2.0);
+        dense["correction"]["dense_weight_limit_mib"] = Value::from(limit);
+        std::fs::write(models.join("dev/calibration.json"), dense.to_string()).unwrap();
+        let v = json_of(&perfmodel(dir.path(), &args));
+        let layers = v["layers"].as_array().unwrap();
+        layers.iter().find(|l| l["name"] == "d").unwrap()["latency_ms"].as_f64().unwrap()
+    };
+    let d_raw = raw["layers"].as_array().unwrap().iter().find(|l| l["name"] == "d").unwrap()["latency_ms"].as_f64();
+    let d_raw = d_raw.unwrap();
+    assert!(close(d_latency(2.0 * d_mib), 1.5 * (d_raw + 2.0 * d_mib) + 0.1));
+    assert!(close(d_latency(0.5 * d_mib), 1.5 * d_raw + 0.1));
+    std::fs::write(models.join("dev/calibration.json"), written.to_string()).unwrap();
 
     // --uncalibrated gives the raw sums back.
     let mut uncalibrated = args.clone();
@@ -543,7 +566,19 @@ fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
     for n in networks {
         assert!(n["measured_latency_ms"].as_f64().unwrap() > 0.0 && n["executing_layers"].as_u64().unwrap() > 0);
     }
-    assert!(v["correction"]["latency_scale"].as_f64().unwrap() > 0.0);
+    // By default no whole-network latency terms (they would learn the machine's drift); the dense layers' own
+    // times are kept for the dense-weights term (mnist_mlp has three, tabular_mlp five).
+    assert_eq!(v["network_latency"], false, "{v}");
+    assert_eq!(
+        (v["correction"]["latency_scale"].as_f64(), v["correction"]["latency_per_layer_ms"].as_f64()),
+        (Some(1.0), Some(0.0))
+    );
+    let dense: Vec<&Value> = networks.iter().flat_map(|n| n["dense_layers"].as_array().unwrap()).collect();
+    assert_eq!(dense.len(), 8, "{v}");
+    for d in &dense {
+        assert!(d["measured_ms"].as_f64().unwrap() > 0.0 && d["weight_mib"].as_f64().unwrap() > 0.0, "{d}");
+    }
+    assert!(v["correction"]["dense_weight_ms_per_mib"].as_f64().unwrap() >= 0.0);
     // The shipped models carry the nominal speed-probe time of their data: the probe ran between the rounds.
     assert!(v["machine_speed_ratio"].as_f64().unwrap() > 0.0, "{v}");
     assert!(models.join("calibration.json").is_file());

@@ -5,10 +5,12 @@ use super::default_dir;
 use super::validate::{bench_with_speed_probe, nominal_probe_ms};
 use anyhow::Context;
 use perfmodel::collect::profile::DeviceProfile;
-use perfmodel::estimate::calibration::{models_fingerprint, Calibration, CalibrationPoint, MIN_NETWORKS};
+use perfmodel::estimate::calibration::{
+    models_fingerprint, Calibration, CalibrationPoint, DenseLayerPoint, MIN_NETWORKS,
+};
 use perfmodel::estimate::validate::{NetworkError, Validation};
 use perfmodel::estimate::{Dirs, Estimator, Method, DEFAULT_DEVICE};
-use perfmodel::Network;
+use perfmodel::{LayerType, Network};
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -42,9 +44,14 @@ pub struct Args {
     #[arg(long)]
     no_speed_probe: bool,
     /// Fit only the peak-memory correction, from one run per network (memory does not depend on the machine's
-    /// speed; on a shared VM whose speed drifts by ±30% a latency fit learns the drift, not the networks)
-    #[arg(long)]
+    /// speed)
+    #[arg(long, conflicts_with = "network_latency")]
     memory_only: bool,
+    /// Also fit the whole-network latency terms (a scale and a time per executing layer) on the network totals.
+    /// Off by default: on a shared VM whose speed drifts by ±30% such a fit learns the drift, not the networks.
+    /// The dense-weights term is always fitted (unless --memory-only): it comes from the dense layers' own times
+    #[arg(long)]
+    network_latency: bool,
     /// Collected data of the device, for `--method template`-style lookups of the estimator [default: ./data,
     /// else the shipped data]
     #[arg(long)]
@@ -125,7 +132,26 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             estimate.total.latency_ms,
             estimate.total.peak_memory_mib
         );
+        // Each layer's time brought to nominal speed like the network's total.
+        let to_nominal = row.measured_latency_at_nominal_ms.map_or(1.0, |n| n / measured.total.latency_ms);
+        let costs = net.analyze()?.costs;
+        let dense_layers = estimate
+            .layers
+            .iter()
+            .zip(&measured.layers)
+            .zip(&costs)
+            .filter(|((e, _), _)| e.layer_type == LayerType::Dense && !e.predictor.starts_with("fused"))
+            .filter_map(|((e, m), cost)| {
+                Some(DenseLayerPoint {
+                    layer: e.name.clone(),
+                    weight_mib: (cost.weight_elems * 4) as f64 / (1024.0 * 1024.0),
+                    predicted_ms: e.latency_ms?,
+                    measured_ms: m.latency_ms * to_nominal,
+                })
+            })
+            .collect();
         points.push(CalibrationPoint {
+            dense_layers,
             network: net.name.clone(),
             executing_layers: estimate.executing_layers(),
             weighted_layers: estimate.weighted_layers(),
@@ -138,6 +164,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut calibration = Calibration::fit(&args.device, "learned", &fingerprint, points)?;
     if args.memory_only {
         calibration = calibration.memory_only();
+    } else if !args.network_latency {
+        calibration = calibration.without_network_latency();
     }
     calibration.machine_speed_ratio = at_nominal.speed_probe.as_ref().map(|p| p.ratio);
     let path = calibration.save(&models)?;
@@ -158,7 +186,7 @@ fn print_table(c: &Calibration, path: &Path) {
     );
     let (mut raw, mut calibrated) = (Vec::new(), Vec::new());
     for n in &c.networks {
-        let latency = k.latency_scale * n.predicted_latency_ms + k.latency_per_layer_ms * n.executing_layers as f64;
+        let latency = k.network_latency_ms(n);
         let memory = k.peak_memory_mib(n.predicted_peak_memory_mib, n.executing_layers, n.weighted_layers);
         let errors = [
             pct(n.predicted_latency_ms, n.measured_latency_ms),
@@ -192,9 +220,27 @@ fn print_table(c: &Calibration, path: &Path) {
         median(raw.iter().map(|e| e.1).collect()),
         median(calibrated.iter().map(|e| e.1).collect())
     );
+    let dense: Vec<_> = c.networks.iter().flat_map(|n| n.dense_layers.iter().map(move |d| (n, d))).collect();
+    let dense_pct = |d: &perfmodel::estimate::calibration::DenseLayerPoint, extra: f64| {
+        (pct(d.predicted_ms + extra, d.measured_ms)).abs()
+    };
     println!(
-        "correction: layer latency x {:.4} {:+.4} ms; peak memory {:+.3} MiB {:+.4} MiB per executing layer \
-         {:+.4} MiB per weighted one",
+        "dense layers: {} measured; median |error| {:.1}% raw, {:.1}% with the dense term",
+        dense.len(),
+        median(dense.iter().map(|(_, d)| dense_pct(d, 0.0)).collect()),
+        median(
+            dense
+                .iter()
+                .map(|(_, d)| dense_pct(d, k.dense_weight_ms(LayerType::Dense, (d.weight_mib * 1048576.0) as u64)))
+                .collect()
+        )
+    );
+    println!(
+        "correction: dense layers {:+.4} ms per MiB of weights above {:.2} MiB, up to {:.1} MiB; layer latency \
+         x {:.4} {:+.4} ms; peak memory {:+.3} MiB {:+.4} MiB per executing layer {:+.4} MiB per weighted one",
+        k.dense_weight_ms_per_mib,
+        k.dense_weight_floor_mib,
+        k.dense_weight_limit_mib,
         k.latency_scale,
         k.latency_per_layer_ms,
         k.memory_fixed_mib,

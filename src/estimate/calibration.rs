@@ -8,7 +8,15 @@
 //! whole-network runs of the zoo's *training* architectures (never the holdout networks that `validate` uses) and
 //! applied to every learned estimate:
 //!
-//! - latency: each executing layer's prediction `t` becomes `max(0, latency_scale · t + latency_per_layer_ms)`;
+//! - dense layers: `+ dense_weight_ms_per_mib · (W − dense_weight_floor_mib)` for f32 weights of `W` MiB up to
+//!   `dense_weight_limit_mib` (never negative).
+//!   Looped alone, a dense layer finds its weights in cache on every run after the first; in a network the other
+//!   layers have evicted them, and a dense layer at a small batch does little but stream its weights. Measured
+//!   over the zoo on `local` (2026-11-22): dense layers with 1-16 MB of weights took 1.6-2.6x their alone time
+//!   inside the networks, those with 67 MB and more about 1x (they miss the cache looped alone as well). This
+//!   term is fitted on the dense layers' own times in the runs, so it does not depend on a network total;
+//! - latency (with `--network-latency` only): each executing layer's prediction `t` (after the dense term)
+//!   becomes `max(0, latency_scale · t + latency_per_layer_ms)`;
 //! - peak memory: `+ memory_fixed_mib + memory_per_layer_mib · executing layers + memory_per_weighted_layer_mib ·
 //!   weighted layers` (conv2d, depthwise, dense: tract lowers each into several nodes that keep packed
 //!   constants and offset tables, where a pooling or an add is one node). With one per-layer term for all,
@@ -19,6 +27,7 @@
 //! data hash of the models it was fitted for: after a retrain it no longer applies, and estimates say so.
 
 use crate::error::{write_atomic, Error, Result};
+use crate::layer::LayerType;
 use crate::train::store::Manifest;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -28,7 +37,21 @@ use std::path::{Path, PathBuf};
 pub const CALIBRATION_FILE: &str = "calibration.json";
 
 /// Bumped when the file's meaning changes.
-pub const CALIBRATION_FORMAT: u32 = 2;
+pub const CALIBRATION_FORMAT: u32 = 3;
+
+/// Fewest dense layers the dense-weights term is fitted on; with fewer it stays 0.
+pub const MIN_DENSE_LAYERS: usize = 4;
+
+/// One dense layer inside a calibration network: predicted alone, measured in the network.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DenseLayerPoint {
+    pub layer: String,
+    /// f32 weights and bias, MiB.
+    pub weight_mib: f64,
+    pub predicted_ms: f64,
+    /// Its time in the network's run (brought to nominal speed like the network's total).
+    pub measured_ms: f64,
+}
 
 /// Fewest networks a calibration is fitted on (three memory parameters, and one to spare).
 pub const MIN_NETWORKS: usize = 4;
@@ -55,6 +78,9 @@ pub struct CalibrationPoint {
     pub predicted_latency_ms: f64,
     pub measured_peak_memory_mib: f64,
     pub predicted_peak_memory_mib: f64,
+    /// The network's executing dense layers, for the dense-weights term.
+    #[serde(default)]
+    pub dense_layers: Vec<DenseLayerPoint>,
 }
 
 /// The fitted numbers, as applied and reported with an estimate.
@@ -66,12 +92,57 @@ pub struct Correction {
     pub memory_per_layer_mib: f64,
     /// Added for each weighted executing layer, on top of `memory_per_layer_mib`.
     pub memory_per_weighted_layer_mib: f64,
+    /// Added to a dense layer per MiB of its f32 weights above `dense_weight_floor_mib`, when they are at most
+    /// `dense_weight_limit_mib`.
+    pub dense_weight_ms_per_mib: f64,
+    /// Dense weights up to this many MiB stay in cache inside a network too.
+    pub dense_weight_floor_mib: f64,
+    /// Dense weights above this many MiB missed the cache when measured alone too: no dense term.
+    pub dense_weight_limit_mib: f64,
 }
 
 impl Correction {
-    /// A calibrated layer latency (never negative).
-    pub fn layer_latency_ms(&self, predicted_ms: f64) -> f64 {
-        (self.latency_scale * predicted_ms + self.latency_per_layer_ms).max(0.0)
+    /// The dense-weights term of a layer (0 for other types and for weights above the limit).
+    pub fn dense_weight_ms(&self, layer_type: LayerType, weight_bytes: u64) -> f64 {
+        if layer_type != LayerType::Dense {
+            return 0.0;
+        }
+        let mib = weight_bytes as f64 / (1024.0 * 1024.0);
+        Correction::dense_term(
+            self.dense_weight_ms_per_mib,
+            self.dense_weight_floor_mib,
+            self.dense_weight_limit_mib,
+            mib,
+        )
+    }
+
+    fn dense_term(ms_per_mib: f64, floor_mib: f64, limit_mib: f64, weight_mib: f64) -> f64 {
+        if weight_mib <= limit_mib {
+            ms_per_mib * (weight_mib - floor_mib).max(0.0)
+        } else {
+            0.0
+        }
+    }
+
+    /// A calibrated layer latency (never negative), for a layer of `layer_type` with `weight_bytes` of f32
+    /// weights.
+    pub fn layer_latency_ms(&self, layer_type: LayerType, weight_bytes: u64, predicted_ms: f64) -> f64 {
+        let in_network = predicted_ms + self.dense_weight_ms(layer_type, weight_bytes);
+        (self.latency_scale * in_network + self.latency_per_layer_ms).max(0.0)
+    }
+
+    /// A network's calibrated latency from its calibration point (what [`Self::layer_latency_ms`] sums to).
+    pub fn network_latency_ms(&self, p: &CalibrationPoint) -> f64 {
+        let dense: f64 = p
+            .dense_layers
+            .iter()
+            .map(|d| {
+                let (k, floor, limit) =
+                    (self.dense_weight_ms_per_mib, self.dense_weight_floor_mib, self.dense_weight_limit_mib);
+                Correction::dense_term(k, floor, limit, d.weight_mib)
+            })
+            .sum();
+        self.latency_scale * (p.predicted_latency_ms + dense) + self.latency_per_layer_ms * p.executing_layers as f64
     }
 
     /// A calibrated peak memory (never negative).
@@ -96,9 +167,11 @@ pub struct Calibration {
     /// UTC, RFC 3339.
     pub created: String,
     pub correction: Correction,
-    /// Only the memory correction was fitted (latency scale 1, 0 ms per layer): memory is deterministic, while
-    /// on a machine whose speed drifts a latency fit would learn the drift.
+    /// Only the memory correction was fitted (no latency term at all).
     pub memory_only: bool,
+    /// The whole-network latency terms (scale, per layer) were fitted; otherwise they are 1 and 0 ms: on a
+    /// machine whose speed drifts, a fit of network totals learns the drift.
+    pub network_latency: bool,
     /// The machine's speed during the runs relative to the nominal speed of the models' data: the median speed
     /// probe reading over the nominal one (`collect::speed`); each network's median round was brought to the
     /// nominal speed by the median reading around its rounds. `None`: not measured.
@@ -129,10 +202,22 @@ impl Calibration {
                 )));
             }
         }
-        // Latency: measured ≈ scale · predicted + per_layer · layers, weights 1 / measured².
+        let dense: Vec<&DenseLayerPoint> = networks.iter().flat_map(|p| &p.dense_layers).collect();
+        let (dense_weight_ms_per_mib, dense_weight_floor_mib, dense_weight_limit_mib) = fit_dense_weights(&dense);
+        let dense_only = Correction {
+            latency_scale: 1.0,
+            latency_per_layer_ms: 0.0,
+            memory_fixed_mib: 0.0,
+            memory_per_layer_mib: 0.0,
+            memory_per_weighted_layer_mib: 0.0,
+            dense_weight_ms_per_mib,
+            dense_weight_floor_mib,
+            dense_weight_limit_mib,
+        };
+        // Latency: measured ≈ scale · (predicted + dense term) + per_layer · layers, weights 1 / measured².
         let latency: Vec<(f64, f64, f64)> = networks
             .iter()
-            .map(|p| (p.predicted_latency_ms, p.executing_layers as f64, p.measured_latency_ms))
+            .map(|p| (dense_only.network_latency_ms(p), p.executing_layers as f64, p.measured_latency_ms))
             .collect();
         let (mut latency_scale, mut latency_per_layer_ms) = relative_least_squares(&latency);
         if latency_scale <= 0.0 {
@@ -177,8 +262,12 @@ impl Calibration {
                 memory_fixed_mib,
                 memory_per_layer_mib,
                 memory_per_weighted_layer_mib,
+                dense_weight_ms_per_mib,
+                dense_weight_floor_mib,
+                dense_weight_limit_mib,
             },
             memory_only: false,
+            network_latency: true,
             machine_speed_ratio: None,
             networks,
         })
@@ -186,9 +275,19 @@ impl Calibration {
 
     /// Keep only the memory correction: latency is left as the models predict it.
     pub fn memory_only(mut self) -> Calibration {
+        self = self.without_network_latency();
+        self.correction.dense_weight_ms_per_mib = 0.0;
+        self.correction.dense_weight_floor_mib = 0.0;
+        self.correction.dense_weight_limit_mib = 0.0;
+        self.memory_only = true;
+        self
+    }
+
+    /// Drop the whole-network latency terms (scale 1, 0 ms per layer); the dense-weights term stays.
+    pub fn without_network_latency(mut self) -> Calibration {
         self.correction.latency_scale = 1.0;
         self.correction.latency_per_layer_ms = 0.0;
-        self.memory_only = true;
+        self.network_latency = false;
         self
     }
 
@@ -242,6 +341,9 @@ impl Calibration {
             c.memory_fixed_mib,
             c.memory_per_layer_mib,
             c.memory_per_weighted_layer_mib,
+            c.dense_weight_ms_per_mib,
+            c.dense_weight_floor_mib,
+            c.dense_weight_limit_mib,
         ];
         if numbers.iter().any(|v| !v.is_finite()) || c.latency_scale <= 0.0 {
             return Err(bad(format!("invalid correction {c:?}")));
@@ -268,6 +370,60 @@ pub fn models_fingerprint(manifest: &Manifest) -> String {
         }
     }
     crate::train::store::hex(&h.finalize())
+}
+
+/// The dense-weights term from dense layers measured inside networks: `(ms per MiB, floor MiB, limit MiB)`.
+/// For each candidate limit (every observed weight size), a least-squares line of the extra time
+/// (measured − predicted) on the weights of the layers up to it, `k · (W − floor)`: a small layer's weights
+/// partly stay in cache inside a network too (through the origin when the line's intercept is positive). The
+/// candidate with the smallest mean absolute relative error over all the layers wins (the smaller limit on a tie), if
+/// it beats no term at all. The limit is then placed halfway (geometrically) to the next larger observed size,
+/// as nothing between them was measured. All 0 with fewer than [`MIN_DENSE_LAYERS`] usable layers.
+fn fit_dense_weights(layers: &[&DenseLayerPoint]) -> (f64, f64, f64) {
+    let usable: Vec<&DenseLayerPoint> = layers
+        .iter()
+        .copied()
+        .filter(|d| [d.weight_mib, d.predicted_ms, d.measured_ms].iter().all(|v| v.is_finite() && *v > 0.0))
+        .collect();
+    if usable.len() < MIN_DENSE_LAYERS {
+        return (0.0, 0.0, 0.0);
+    }
+    let term =
+        |d: &DenseLayerPoint, (k, floor, limit): (f64, f64, f64)| Correction::dense_term(k, floor, limit, d.weight_mib);
+    let mean_error = |fit: (f64, f64, f64)| {
+        let total: f64 =
+            usable.iter().map(|d| ((d.predicted_ms + term(d, fit) - d.measured_ms) / d.measured_ms).abs()).sum();
+        total / usable.len() as f64
+    };
+    let mut sizes: Vec<f64> = usable.iter().map(|d| d.weight_mib).collect();
+    sizes.sort_by(f64::total_cmp);
+    sizes.dedup();
+    let mut best = (mean_error((0.0, 0.0, 0.0)), (0.0, 0.0, 0.0));
+    for (i, &limit) in sizes.iter().enumerate() {
+        let below: Vec<(f64, f64)> = usable
+            .iter()
+            .filter(|d| d.weight_mib <= limit)
+            .map(|d| (d.weight_mib, d.measured_ms - d.predicted_ms))
+            .collect();
+        let n = below.len() as f64;
+        let (sx, sy) = below.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+        let (sxx, sxy) = below.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x * x, b + x * y));
+        let det = n * sxx - sx * sx;
+        let line = (det > 1e-12 * n * sxx).then(|| ((n * sxy - sx * sy) / det, (sy * sxx - sx * sxy) / det));
+        let (k, floor) = match line {
+            Some((k, intercept)) if k > 0.0 && intercept < 0.0 => (k, -intercept / k),
+            _ => (sxy / sxx, 0.0),
+        };
+        if !(k.is_finite() && k > 0.0 && floor.is_finite()) {
+            continue;
+        }
+        let error = mean_error((k, floor, limit));
+        if error < best.0 {
+            let placed = sizes.get(i + 1).map_or(limit, |next| (limit * next).sqrt());
+            best = (error, (k, floor, placed));
+        }
+    }
+    best.1
 }
 
 /// Minimise Σ ((b·x − y) / s)² over b for rows (x, y, s) by the normal equations; `None` when they are
@@ -344,6 +500,7 @@ mod tests {
             predicted_latency_ms: predicted_ms,
             measured_peak_memory_mib: predicted_mib + 0.5 + 0.01 * layers as f64 + 0.03 * weighted as f64,
             predicted_peak_memory_mib: predicted_mib,
+            dense_layers: vec![],
         }
     }
 
@@ -381,10 +538,80 @@ mod tests {
         let c = Calibration::fit("dev", "learned", "h", all).unwrap().correction;
         assert_eq!(c.memory_per_weighted_layer_mib, 0.0, "{c:?}");
         assert!((c.memory_per_layer_mib - 0.04).abs() < 1e-9, "{c:?}");
-        assert!((c.layer_latency_ms(2.0) - (1.1 * 2.0 + 0.02)).abs() < 1e-9);
+        assert!((c.layer_latency_ms(LayerType::Conv2d, 1 << 20, 2.0) - (1.1 * 2.0 + 0.02)).abs() < 1e-9);
+        // No dense layers in the points: no dense term.
+        assert_eq!((c.dense_weight_ms_per_mib, c.dense_weight_limit_mib), (0.0, 0.0));
+        assert!((c.layer_latency_ms(LayerType::Dense, 1 << 20, 2.0) - (1.1 * 2.0 + 0.02)).abs() < 1e-9);
         // A negative per-layer term never makes a layer negative.
         let shrink = Correction { latency_per_layer_ms: -1.0, ..c };
-        assert_eq!(shrink.layer_latency_ms(0.1), 0.0);
+        assert_eq!(shrink.layer_latency_ms(LayerType::Conv2d, 0, 0.1), 0.0);
+    }
+
+    /// Dense layers that take 0.05 ms more per MiB of weights above 0.25 MiB, up to 16 MiB, inside the networks,
+    /// and what they took alone above it (their weights missed the cache alone too).
+    fn with_dense_layers(mut points: Vec<CalibrationPoint>) -> Vec<CalibrationPoint> {
+        let sizes = [0.5, 1.0, 4.0, 8.0, 16.0, 64.0, 400.0];
+        for (i, p) in points.iter_mut().enumerate() {
+            for (j, &mib) in sizes.iter().enumerate().skip(i % 2).step_by(2) {
+                let predicted_ms = 0.06 * mib;
+                let extra = if mib <= 16.0 { 0.05 * (mib - 0.25) } else { 0.0 };
+                p.dense_layers.push(DenseLayerPoint {
+                    layer: format!("fc{j}"),
+                    weight_mib: mib,
+                    predicted_ms,
+                    measured_ms: predicted_ms + extra,
+                });
+                p.predicted_latency_ms += predicted_ms;
+                p.measured_latency_ms += 1.1 * (predicted_ms + extra);
+            }
+        }
+        points
+    }
+
+    #[test]
+    fn dense_layers_fit_their_weights_term_up_to_a_limit() {
+        let points = with_dense_layers(vec![
+            point("a", 10, 5.0, 20.0),
+            point("b", 200, 80.0, 150.0),
+            point("c", 50, 3.0, 4.0),
+            point("d", 60, 7.0, 30.0),
+        ]);
+        let fitted = Calibration::fit("dev", "learned", "h", points.clone()).unwrap();
+        let c = fitted.correction;
+        assert!((c.dense_weight_ms_per_mib - 0.05).abs() < 1e-9, "{c:?}");
+        assert!((c.dense_weight_floor_mib - 0.25).abs() < 1e-9, "{c:?}");
+        // Halfway (geometrically) between the largest size that gets the term and the next one measured.
+        assert!((c.dense_weight_limit_mib - 32.0).abs() < 1e-9, "{c:?}");
+        assert!((c.dense_weight_ms(LayerType::Dense, 8 << 20) - 0.05 * 7.75).abs() < 1e-9);
+        assert_eq!(c.dense_weight_ms(LayerType::Dense, 1 << 16), 0.0, "below the floor");
+        assert_eq!(c.dense_weight_ms(LayerType::Dense, 64 << 20), 0.0);
+        assert_eq!(c.dense_weight_ms(LayerType::Conv2d, 8 << 20), 0.0);
+        // The network terms are fitted on top of the dense term: the same 1.1 x + 0.02 ms per layer as before.
+        assert!((c.latency_scale - 1.1).abs() < 1e-9 && (c.latency_per_layer_ms - 0.02).abs() < 1e-9, "{c:?}");
+        for p in &points {
+            assert!((c.network_latency_ms(p) - p.measured_latency_ms).abs() < 1e-9, "{p:?}");
+        }
+        let layers_only = fitted.clone().without_network_latency();
+        assert!(!layers_only.network_latency && !layers_only.memory_only);
+        assert_eq!((layers_only.correction.latency_scale, layers_only.correction.latency_per_layer_ms), (1.0, 0.0));
+        assert_eq!(layers_only.correction.dense_weight_ms_per_mib, c.dense_weight_ms_per_mib);
+        let memory = fitted.memory_only();
+        assert!(memory.memory_only && memory.correction.dense_weight_ms_per_mib == 0.0);
+        assert_eq!(memory.correction.layer_latency_ms(LayerType::Dense, 8 << 20, 1.0), 1.0);
+        // Too few dense layers: no term.
+        let mut few = points.clone();
+        for p in &mut few {
+            p.dense_layers.truncate(if p.network == "a" { 3 } else { 0 });
+        }
+        let c = Calibration::fit("dev", "learned", "h", few).unwrap().correction;
+        assert_eq!((c.dense_weight_ms_per_mib, c.dense_weight_limit_mib), (0.0, 0.0));
+        // Layers that take no longer in the networks: no term either.
+        let mut same = points;
+        for d in same.iter_mut().flat_map(|p| &mut p.dense_layers) {
+            d.measured_ms = d.predicted_ms;
+        }
+        let c = Calibration::fit("dev", "learned", "h", same).unwrap().correction;
+        assert_eq!((c.dense_weight_ms_per_mib, c.dense_weight_limit_mib), (0.0, 0.0));
     }
 
     #[test]

@@ -455,7 +455,7 @@ impl Estimator {
             if executes {
                 row.memory_mib = (io_bytes + weight_bytes + workspace_bytes) as f64 / MIB;
                 if let (Some(c), Some(t)) = (correction, row.latency_ms) {
-                    row.latency_ms = Some(c.layer_latency_ms(t));
+                    row.latency_ms = Some(c.layer_latency_ms(layer_type, cost.weight_elems * BYTES_PER_ELEMENT, t));
                 }
             }
             if self.has_power {

@@ -54,11 +54,17 @@ pub fn table(e: &Estimate) -> String {
         t.peak_memory_mib, t.memory_two_largest_mib, t.memory_two_mean_mib
     );
     if let Some(c) = &e.calibration {
-        let latency = if c.latency_scale == 1.0 && c.latency_per_layer_ms == 0.0 {
-            "latency not calibrated".to_string()
-        } else {
-            format!("layer latency x {:.4} {:+.4} ms", c.latency_scale, c.latency_per_layer_ms)
-        };
+        let mut latency = Vec::new();
+        if c.dense_weight_ms_per_mib != 0.0 {
+            latency.push(format!(
+                "dense layers {:+.4} ms per MiB of weights above {:.2} MiB, up to {:.1} MiB",
+                c.dense_weight_ms_per_mib, c.dense_weight_floor_mib, c.dense_weight_limit_mib
+            ));
+        }
+        if c.latency_scale != 1.0 || c.latency_per_layer_ms != 0.0 {
+            latency.push(format!("layer latency x {:.4} {:+.4} ms", c.latency_scale, c.latency_per_layer_ms));
+        }
+        let latency = if latency.is_empty() { "latency not calibrated".to_string() } else { latency.join(", ") };
         let _ = writeln!(
             out,
             "calibrated on whole-network runs: {latency}, peak memory {:+.3} MiB {:+.4} MiB per executing layer \
