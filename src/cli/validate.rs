@@ -3,6 +3,7 @@
 use super::estimate::EstimatorArgs;
 use anyhow::Context;
 use perfmodel::collect::profile::DeviceProfile;
+use perfmodel::collect::speed::MIN_ROUNDS_NEAR_NOMINAL;
 use perfmodel::collect::speed::{SpeedProbe, PROBE_MAX_AGE};
 use perfmodel::engine::{profile_networks_between, TractExecutor};
 use perfmodel::estimate::validate::{NetworkError, ProbeReadings, Validation};
@@ -147,8 +148,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     .networks
                     .iter()
                     .filter_map(|n| {
+                        let near = match n.rounds_near_nominal {
+                            Some(k) if k >= MIN_ROUNDS_NEAR_NOMINAL => format!(", from the {k} rounds near it"),
+                            Some(k) => format!(", all rounds: {k} near it"),
+                            None => String::new(),
+                        };
                         Some(format!(
-                            "{} {:.3} ms ({:+.1}%)",
+                            "{} {:.3} ms ({:+.1}%{near})",
                             n.network, n.measured_latency_at_nominal_ms?, n.latency_error_at_nominal_pct?
                         ))
                     })

@@ -2,7 +2,9 @@
 //! measured, with the relative errors and their medians. This is the product's acceptance test on a device (the
 //! issue's targets: every network within ±10 % latency, median ≤ 5 %, peak memory within 1 %).
 
-use crate::collect::speed::{follows_probe, median_reading as median_of, network_latency_at_nominal};
+use crate::collect::speed::{
+    follows_probe, median_reading as median_of, network_latency_at_nominal, rounds_near_nominal,
+};
 use crate::collect::stats::quantile_sorted;
 use crate::engine::{BenchStep, NetworkProfile};
 use crate::estimate::Estimate;
@@ -32,6 +34,9 @@ pub struct NetworkError {
     /// The error at nominal speed from the wall-clock rounds and readings, whichever clock
     /// `measured_latency_at_nominal_ms` came from.
     pub latency_error_at_nominal_wall_pct: Option<f64>,
+    /// Rounds whose probe readings were near nominal speed ([`crate::collect::speed::rounds_near_nominal`]):
+    /// with at least [`crate::collect::speed::MIN_ROUNDS_NEAR_NOMINAL`] of them, only they were used.
+    pub rounds_near_nominal: Option<usize>,
 }
 
 impl NetworkError {
@@ -51,6 +56,7 @@ impl NetworkError {
             probe_following_share: None,
             measured_cpu_ms: median_of(&measured.total.round_cpu_ms),
             latency_error_at_nominal_wall_pct: None,
+            rounds_near_nominal: None,
         }
     }
 }
@@ -200,10 +206,10 @@ impl Validation {
             let wall =
                 readings.brackets(i, false).and_then(|p| network_latency_at_nominal(rounds, &p, nominal_ms, share));
             row.latency_error_at_nominal_wall_pct = wall.map(error);
+            let brackets = readings.brackets(i, cpu_clock);
+            row.rounds_near_nominal = brackets.as_ref().map(|p| rounds_near_nominal(p, nominal_ms).len());
             let at_nominal = if cpu_clock {
-                readings
-                    .brackets(i, true)
-                    .and_then(|p| network_latency_at_nominal(&profile.total.round_cpu_ms, &p, nominal_ms, share))
+                brackets.and_then(|p| network_latency_at_nominal(&profile.total.round_cpu_ms, &p, nominal_ms, share))
             } else {
                 wall
             };
