@@ -578,7 +578,9 @@ fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
     for d in &dense {
         assert!(d["measured_ms"].as_f64().unwrap() > 0.0 && d["weight_mib"].as_f64().unwrap() > 0.0, "{d}");
     }
-    assert!(v["correction"]["dense_weight_ms_per_mib"].as_f64().unwrap() >= 0.0);
+    for field in ["dense_weight_ms_per_mib", "dense_weight_floor_mib", "dense_weight_limit_mib"] {
+        assert!(v["correction"][field].as_f64().is_some_and(|x| x.is_finite() && x >= 0.0), "{field}: {v}");
+    }
     // The shipped models carry the nominal speed-probe time of their data: the probe ran between the rounds.
     assert!(v["machine_speed_ratio"].as_f64().unwrap() > 0.0, "{v}");
     assert!(models.join("calibration.json").is_file());

@@ -29,7 +29,8 @@ pub struct Args {
     /// Zoo directory for the default networks [default: ./zoo, else the shipped zoo]
     #[arg(long)]
     zoo_dir: Option<PathBuf>,
-    /// Timed rounds per network (the median is used)
+    /// Timed rounds per network (the median is used; with 10 or more, only the rounds near nominal speed count
+    /// when at least 10 are, as in `validate`)
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     rounds: u64,
     /// Untimed warm-up runs per network
@@ -141,6 +142,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .zip(&measured.layers)
             .zip(&costs)
             .filter(|((e, _), _)| e.layer_type == LayerType::Dense && !e.predictor.starts_with("fused"))
+            .filter(|((_, m), _)| m.latency_ms > 0.0)
             .filter_map(|((e, m), cost)| {
                 Some(DenseLayerPoint {
                     layer: e.name.clone(),
@@ -162,6 +164,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         });
     }
     let mut calibration = Calibration::fit(&args.device, "learned", &fingerprint, points)?;
+    if let (true, Some(why)) = (args.network_latency, &calibration.network_latency_error) {
+        anyhow::bail!(perfmodel::Error::Invalid(why.clone()));
+    }
     if args.memory_only {
         calibration = calibration.memory_only();
     } else if !args.network_latency {
@@ -220,21 +225,17 @@ fn print_table(c: &Calibration, path: &Path) {
         median(raw.iter().map(|e| e.1).collect()),
         median(calibrated.iter().map(|e| e.1).collect())
     );
-    let dense: Vec<_> = c.networks.iter().flat_map(|n| n.dense_layers.iter().map(move |d| (n, d))).collect();
-    let dense_pct = |d: &perfmodel::estimate::calibration::DenseLayerPoint, extra: f64| {
-        (pct(d.predicted_ms + extra, d.measured_ms)).abs()
-    };
-    println!(
-        "dense layers: {} measured; median |error| {:.1}% raw, {:.1}% with the dense term",
-        dense.len(),
-        median(dense.iter().map(|(_, d)| dense_pct(d, 0.0)).collect()),
-        median(
-            dense
-                .iter()
-                .map(|(_, d)| dense_pct(d, k.dense_weight_ms(LayerType::Dense, (d.weight_mib * 1048576.0) as u64)))
-                .collect()
-        )
-    );
+    let dense: Vec<&DenseLayerPoint> = c.networks.iter().flat_map(|n| &n.dense_layers).collect();
+    if !c.memory_only && !dense.is_empty() {
+        let error = |d: &DenseLayerPoint, extra: f64| pct(d.predicted_ms + extra, d.measured_ms).abs();
+        let term = |d: &DenseLayerPoint| k.dense_weight_ms(LayerType::Dense, (d.weight_mib * 1048576.0) as u64);
+        println!(
+            "dense layers: {} measured; median |error| {:.1}% raw, {:.1}% with the dense term",
+            dense.len(),
+            median(dense.iter().map(|d| error(d, 0.0)).collect()),
+            median(dense.iter().map(|d| error(d, term(d))).collect())
+        );
+    }
     println!(
         "correction: dense layers {:+.4} ms per MiB of weights above {:.2} MiB, up to {:.1} MiB; layer latency \
          x {:.4} {:+.4} ms; peak memory {:+.3} MiB {:+.4} MiB per executing layer {:+.4} MiB per weighted one",

@@ -34,8 +34,9 @@ pub struct NetworkError {
     /// The error at nominal speed from the wall-clock rounds and readings, whichever clock
     /// `measured_latency_at_nominal_ms` came from.
     pub latency_error_at_nominal_wall_pct: Option<f64>,
-    /// Rounds whose probe readings were near nominal speed ([`crate::collect::speed::rounds_near_nominal`]):
-    /// with at least [`crate::collect::speed::MIN_ROUNDS_NEAR_NOMINAL`] of them, only they were used.
+    /// Rounds whose probe readings were near nominal speed ([`crate::collect::speed::rounds_near_nominal`]), on
+    /// the clock `measured_latency_at_nominal_ms` came from: with at least
+    /// [`crate::collect::speed::MIN_ROUNDS_NEAR_NOMINAL`] of them, only they were used.
     pub rounds_near_nominal: Option<usize>,
 }
 
