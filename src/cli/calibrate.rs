@@ -8,6 +8,7 @@ use perfmodel::collect::profile::DeviceProfile;
 use perfmodel::estimate::calibration::{
     models_fingerprint, Calibration, CalibrationPoint, DenseLayerPoint, MIN_NETWORKS,
 };
+use perfmodel::estimate::memory::{BYTES_PER_ELEMENT, MIB};
 use perfmodel::estimate::validate::{NetworkError, Validation};
 use perfmodel::estimate::{Dirs, Estimator, Method, DEFAULT_DEVICE};
 use perfmodel::{LayerType, Network};
@@ -146,7 +147,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .filter_map(|((e, m), cost)| {
                 Some(DenseLayerPoint {
                     layer: e.name.clone(),
-                    weight_mib: (cost.weight_elems * 4) as f64 / (1024.0 * 1024.0),
+                    weight_mib: (cost.weight_elems * BYTES_PER_ELEMENT) as f64 / MIB,
                     predicted_ms: e.latency_ms?,
                     measured_ms: m.latency_ms * to_nominal,
                 })
@@ -228,7 +229,7 @@ fn print_table(c: &Calibration, path: &Path) {
     let dense: Vec<&DenseLayerPoint> = c.networks.iter().flat_map(|n| &n.dense_layers).collect();
     if !c.memory_only && !dense.is_empty() {
         let error = |d: &DenseLayerPoint, extra: f64| pct(d.predicted_ms + extra, d.measured_ms).abs();
-        let term = |d: &DenseLayerPoint| k.dense_weight_ms(LayerType::Dense, (d.weight_mib * 1048576.0) as u64);
+        let term = |d: &DenseLayerPoint| k.dense_weight_ms_for_mib(d.weight_mib);
         println!(
             "dense layers: {} measured; median |error| {:.1}% raw, {:.1}% with the dense term",
             dense.len(),

@@ -105,17 +105,33 @@ pub struct Correction {
 }
 
 impl Correction {
+    /// No correction: scale 1, every other term 0.
+    pub const NONE: Correction = Correction {
+        latency_scale: 1.0,
+        latency_per_layer_ms: 0.0,
+        memory_fixed_mib: 0.0,
+        memory_per_layer_mib: 0.0,
+        memory_per_weighted_layer_mib: 0.0,
+        dense_weight_ms_per_mib: 0.0,
+        dense_weight_floor_mib: 0.0,
+        dense_weight_limit_mib: 0.0,
+    };
+
     /// The dense-weights term of a layer (0 for other types and for weights above the limit).
     pub fn dense_weight_ms(&self, layer_type: LayerType, weight_bytes: u64) -> f64 {
         if layer_type != LayerType::Dense {
             return 0.0;
         }
-        let mib = weight_bytes as f64 / (1024.0 * 1024.0);
+        self.dense_weight_ms_for_mib(weight_bytes as f64 / (1024.0 * 1024.0))
+    }
+
+    /// The dense-weights term of a dense layer with `weight_mib` MiB of f32 weights.
+    pub fn dense_weight_ms_for_mib(&self, weight_mib: f64) -> f64 {
         Correction::dense_term(
             self.dense_weight_ms_per_mib,
             self.dense_weight_floor_mib,
             self.dense_weight_limit_mib,
-            mib,
+            weight_mib,
         )
     }
 
@@ -136,15 +152,7 @@ impl Correction {
 
     /// A network's calibrated latency from its calibration point (what [`Self::layer_latency_ms`] sums to).
     pub fn network_latency_ms(&self, p: &CalibrationPoint) -> f64 {
-        let dense: f64 = p
-            .dense_layers
-            .iter()
-            .map(|d| {
-                let (k, floor, limit) =
-                    (self.dense_weight_ms_per_mib, self.dense_weight_floor_mib, self.dense_weight_limit_mib);
-                Correction::dense_term(k, floor, limit, d.weight_mib)
-            })
-            .sum();
+        let dense: f64 = p.dense_layers.iter().map(|d| self.dense_weight_ms_for_mib(d.weight_mib)).sum();
         self.latency_scale * (p.predicted_latency_ms + dense) + self.latency_per_layer_ms * p.executing_layers as f64
     }
 
@@ -210,16 +218,8 @@ impl Calibration {
         }
         let dense: Vec<&DenseLayerPoint> = networks.iter().flat_map(|p| &p.dense_layers).collect();
         let (dense_weight_ms_per_mib, dense_weight_floor_mib, dense_weight_limit_mib) = fit_dense_weights(&dense);
-        let dense_only = Correction {
-            latency_scale: 1.0,
-            latency_per_layer_ms: 0.0,
-            memory_fixed_mib: 0.0,
-            memory_per_layer_mib: 0.0,
-            memory_per_weighted_layer_mib: 0.0,
-            dense_weight_ms_per_mib,
-            dense_weight_floor_mib,
-            dense_weight_limit_mib,
-        };
+        let dense_only =
+            Correction { dense_weight_ms_per_mib, dense_weight_floor_mib, dense_weight_limit_mib, ..Correction::NONE };
         // Latency: measured ≈ scale · (predicted + dense term) + per_layer · layers, weights 1 / measured².
         let latency: Vec<(f64, f64, f64)> = networks
             .iter()
