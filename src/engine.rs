@@ -13,8 +13,8 @@ pub mod packing;
 mod profile;
 
 pub use profile::{
-    profile_network, profile_networks, profile_networks_between, BenchStep, LayerProfile, NetworkProfile, NodeMemory,
-    TotalProfile,
+    profile_network, profile_networks, profile_networks_between, profile_networks_observed, BenchObserver, BenchStep,
+    LayerProfile, NetworkProfile, NodeMemory, RoundPlan, TotalProfile,
 };
 
 use crate::error::{Error, Result};

@@ -63,6 +63,9 @@ pub struct AugmentBudget {
     /// Found convolutions split into 2, 3, 4 or 8 groups on an input with a new channel count, with new
     /// filters: channel counts found in the zoo rarely split into 3 or 8.
     pub grouped_channels: usize,
+    /// Found spatial convolutions made the first layer of a small-image network: 1 or 3 input channels
+    /// (grey-scale or colour) on a 16-96 pixel image, with new filters.
+    pub first_layer: usize,
 }
 
 impl Default for AugmentBudget {
@@ -76,6 +79,7 @@ impl Default for AugmentBudget {
             channels: 100,
             wide: 50,
             grouped_channels: 400,
+            first_layer: 100,
         }
     }
 }
@@ -130,6 +134,12 @@ const WIDE_MAX_HEIGHT: usize = 28;
 const GROUPS_SMALL: [usize; 4] = [2, 3, 4, 8];
 const PER_GROUP_CHANNELS: (f64, f64) = (4.0, 128.0);
 const PER_GROUP_FILTERS: (f64, f64) = (4.0, 256.0);
+/// Input channels, square image sizes and filter range (log-uniform, multiples of 8) of the first-layer
+/// variants: the grey-scale and colour inputs and the image sizes of small-image datasets (CIFAR and SVHN 32,
+/// Tiny ImageNet 64, STL-10 96).
+const FIRST_LAYER_CHANNELS: [usize; 2] = [1, 3];
+const FIRST_LAYER_SIZES: [usize; 6] = [16, 24, 32, 48, 64, 96];
+const FIRST_LAYER_FILTERS: (f64, f64) = (8.0, 128.0);
 
 /// The networks sampling reads: every `*.json` directly in `zoo_dir` (not its `holdout/` subdirectory), sorted
 /// by file name. Config sets written by the sampler into the same directory are skipped.
@@ -449,6 +459,31 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
             .augmented(LayerConfig::new(Op::Conv2d(grouped), vec![vec![channels, h, w]], 1), "grouped_channels")
             as usize;
     }
+
+    // First-layer variants, drawn last: the zoo's networks all start on a 3-channel image of 224-331 pixels, so
+    // its few-channel convolutions are large. On a few channels tract's convolution is dominated by its
+    // per-output work rather than its multiply-adds, and a model that only saw 224-pixel stems put a
+    // grey-scale 3x3 stem on a small image at 0.4x its measured time (2026-11-22).
+    order.shuffle(rng);
+    let mut added = 0;
+    for &i in order.iter().cycle().take(3 * order.len()) {
+        if added == budget.first_layer {
+            break;
+        }
+        let (c, _) = &convs[i];
+        if c.kernel[0] * c.kernel[1] == 1 {
+            continue;
+        }
+        let channels = FIRST_LAYER_CHANNELS[rng.random_range(0..FIRST_LAYER_CHANNELS.len())];
+        let size = FIRST_LAYER_SIZES[rng.random_range(0..FIRST_LAYER_SIZES.len())];
+        let mut first = c.clone();
+        first.filters = ((log_uniform(rng, FIRST_LAYER_FILTERS) / 8.0).round() as usize).max(1) * 8;
+        let config = LayerConfig::new(Op::Conv2d(first), vec![vec![channels, size, size]], 1);
+        if config.cost().is_err() {
+            continue;
+        }
+        added += pool.augmented(config, "first_layer") as usize;
+    }
 }
 
 impl ConfigSet {
@@ -546,11 +581,17 @@ mod tests {
             assert!(c.config.cost().is_ok());
         }
         // Drawn last: without them, every other config is the same as before.
-        let budget =
-            AugmentBudget { grouped: 0, channels: 0, wide: 0, grouped_channels: 0, ..AugmentBudget::default() };
+        let budget = AugmentBudget {
+            grouped: 0,
+            channels: 0,
+            wide: 0,
+            grouped_channels: 0,
+            first_layer: 0,
+            ..AugmentBudget::default()
+        };
         let (without, _) = sample(&nets, &SampleOptions { budget, ..opts.clone() }).unwrap();
         let later = |c: &&SampledConfig| {
-            !["augment:grouped", "augment:channels", "augment:wide", "augment:grouped_channels"]
+            !["augment:grouped", "augment:channels", "augment:wide", "augment:grouped_channels", "augment:first_layer"]
                 .contains(&c.source.as_str())
         };
         let rest: Vec<&SampledConfig> = a.configs.iter().filter(later).collect();
@@ -564,14 +605,15 @@ mod tests {
             assert_eq!(c.config.input_shapes[0][0] % 8, 0);
         }
         // Each later kind is drawn after the earlier ones: dropping it (and the kinds after it) leaves the rest.
-        let later_kinds = ["channels", "wide", "grouped_channels"];
+        let later_kinds = ["channels", "wide", "grouped_channels", "first_layer"];
         for (k, kind) in later_kinds.iter().enumerate() {
             let mut budget = AugmentBudget::default();
             for dropped in &later_kinds[k..] {
                 match *dropped {
                     "channels" => budget.channels = 0,
                     "wide" => budget.wide = 0,
-                    _ => budget.grouped_channels = 0,
+                    "grouped_channels" => budget.grouped_channels = 0,
+                    _ => budget.first_layer = 0,
                 }
             }
             let (without, _) = sample(&nets, &SampleOptions { budget, ..opts.clone() }).unwrap();
@@ -599,6 +641,16 @@ mod tests {
             assert!([2, 3, 4, 8].contains(&op.groups), "{c:?}");
             assert!(channels % op.groups == 0 && op.filters % op.groups == 0, "{c:?}");
             assert!(c.config.cost().is_ok());
+        }
+        // First-layer variants: a spatial convolution on a 1- or 3-channel square image of 16-96 pixels.
+        let first: Vec<&SampledConfig> = a.configs.iter().filter(|c| c.source == "augment:first_layer").collect();
+        assert!(!first.is_empty());
+        for c in &first {
+            let Op::Conv2d(op) = &c.config.op else { panic!("{c:?}") };
+            let input = &c.config.input_shapes[0];
+            assert!(op.kernel[0] * op.kernel[1] > 1 && [1, 3].contains(&input[0]), "{c:?}");
+            assert!(FIRST_LAYER_SIZES.contains(&input[1]) && input[1] == input[2], "{c:?}");
+            assert!((8..=128).contains(&op.filters) && c.config.cost().is_ok(), "{c:?}");
         }
     }
 }

@@ -363,9 +363,15 @@ fn validate_and_outliers_benchmark_the_network_for_real() {
     std::fs::write(&manifest_path, serde_json::to_string(&manifest).unwrap()).unwrap();
     let mut args = vec!["validate", "big.json", "net.json", "--device", "dev", "--rounds", "1", "--format", "json"];
     args.extend(DIRS);
-    let both = json_of(&perfmodel(dir.path(), &args));
+    let mut one_round = args.clone();
+    one_round.extend(["--max-rounds", "1"]);
+    let both = json_of(&perfmodel(dir.path(), &one_round));
     let probe = &both["speed_probe"];
     assert_eq!(probe["readings"], 4, "before and after each network's round: {both}");
+    // Every round is kept with its readings.
+    let round = &both["networks"][1]["rounds"][0];
+    assert!(round["latency_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{both}");
+    assert!(round["probe_before_ms"].as_f64().is_some() && round["probe_after_ms"].as_f64().is_some(), "{both}");
     assert!(close(probe["ratio"].as_f64().unwrap(), probe["median_ms"].as_f64().unwrap() / 2.0), "{both}");
     let tiny = &both["networks"][1];
     // conv2d, max_pool2d and dense follow the probe, the bandwidth-priced cheap layers do not.
@@ -388,6 +394,13 @@ fn validate_and_outliers_benchmark_the_network_for_real() {
         json_of(&perfmodel(dir.path(), &["bench", "net.json", "--rounds", "1", "--device", "dev", "--format", "json"]));
     assert_eq!(both["networks"][1]["network"], "tiny");
     assert_eq!(both["networks"][1]["measured_peak_memory_mib"], bench["total"]["peak_memory_mib"], "{both}\n{bench}");
+    // Without --max-rounds, a network with fewer than 10 rounds near nominal runs more turns, up to 3x --rounds
+    // (near or not: 3 rounds are too few either way), each with its readings.
+    let extended = json_of(&perfmodel(dir.path(), &args));
+    for n in extended["networks"].as_array().unwrap() {
+        assert_eq!(n["rounds"].as_array().unwrap().len(), 3, "{extended}");
+    }
+    assert_eq!(extended["speed_probe"]["readings"], 12, "{extended}");
 
     // A turn of no rounds is a usage error, before anything runs.
     let out = perfmodel(dir.path(), &["validate", "net.json", "--device", "dev", "--block", "0"]);
@@ -449,11 +462,12 @@ fn a_calibration_fitted_for_these_models_is_applied_and_a_stale_one_is_not() {
         measured_peak_memory_mib: mib + 2.0 + 0.25 * layers as f64 + 0.5 * (layers / 2) as f64,
         predicted_peak_memory_mib: mib,
         dense_layers: vec![],
+        weight_mib: 100.0,
     };
     let hash = models_fingerprint(ModelStore::open(&models, "dev").unwrap().manifest());
     let points =
         vec![point("a", 3, 2.0, 1.0), point("b", 30, 50.0, 9.0), point("c", 12, 4.0, 30.0), point("d", 7, 9.0, 5.0)];
-    Calibration::fit("dev", "learned", &hash, points).unwrap().save(&models).unwrap();
+    Calibration::fit("dev", "learned", &hash, points, Some(2.0)).unwrap().save(&models).unwrap();
     let v = json_of(&perfmodel(dir.path(), &args));
     let c = &v["calibration"];
     assert!(
@@ -476,16 +490,21 @@ fn a_calibration_fitted_for_these_models_is_applied_and_a_stale_one_is_not() {
     assert!((peak(&v) - (peak(&raw) + 2.0 + 0.25 * 4.0 + 0.5 * 2.0)).abs() < 1e-6, "{} vs {}", peak(&v), peak(&raw));
 
     // The dense-weights term: the dense layer 'd' also gets 2 ms per MiB of its f32 weights (under the limit),
-    // before the scale; with a limit below its weights, nothing.
+    // before the scale; with a limit below its weights, nothing, and when its weights exceed the core's cache,
+    // nothing in a network of at most `dense_network_min_mib`.
     let inspect = json_of(&perfmodel(dir.path(), &["inspect", "net.json", "--format", "json"]));
+    let layer_mib = |l: &Value| l["weight_elems"].as_f64().unwrap() * 4.0 / 1048576.0;
+    let network_mib: f64 = inspect["layers"].as_array().unwrap().iter().map(layer_mib).sum();
     let d = inspect["layers"].as_array().unwrap().iter().find(|l| l["name"] == "d").unwrap();
     let d_mib = d["weight_elems"].as_f64().unwrap() * 4.0 / 1048576.0;
     let written: Value =
         serde_json::from_str(&std::fs::read_to_string(models.join("dev/calibration.json")).unwrap()).unwrap();
-    let d_latency = |limit: f64| {
+    let d_latency = |limit: f64, cache: f64, network_min: f64| {
         let mut dense = written.clone();
         dense["correction"]["dense_weight_ms_per_mib"] = Value::from(2.0);
         dense["correction"]["dense_weight_limit_mib"] = Value::from(limit);
+        dense["correction"]["dense_cache_mib"] = Value::from(cache);
+        dense["correction"]["dense_network_min_mib"] = Value::from(network_min);
         std::fs::write(models.join("dev/calibration.json"), dense.to_string()).unwrap();
         let v = json_of(&perfmodel(dir.path(), &args));
         let layers = v["layers"].as_array().unwrap();
@@ -493,8 +512,12 @@ fn a_calibration_fitted_for_these_models_is_applied_and_a_stale_one_is_not() {
     };
     let d_raw = raw["layers"].as_array().unwrap().iter().find(|l| l["name"] == "d").unwrap()["latency_ms"].as_f64();
     let d_raw = d_raw.unwrap();
-    assert!(close(d_latency(2.0 * d_mib), 1.5 * (d_raw + 2.0 * d_mib) + 0.1));
-    assert!(close(d_latency(0.5 * d_mib), 1.5 * d_raw + 0.1));
+    let with_term = 1.5 * (d_raw + 2.0 * d_mib) + 0.1;
+    assert!(close(d_latency(2.0 * d_mib, 0.0, 0.0), with_term));
+    assert!(close(d_latency(2.0 * d_mib, 0.0, 0.9 * network_mib), with_term));
+    assert!(close(d_latency(2.0 * d_mib, 0.0, network_mib), 1.5 * d_raw + 0.1));
+    assert!(close(d_latency(2.0 * d_mib, d_mib, network_mib), with_term), "within the core's cache");
+    assert!(close(d_latency(0.5 * d_mib, 0.0, 0.0), 1.5 * d_raw + 0.1));
     std::fs::write(models.join("dev/calibration.json"), written.to_string()).unwrap();
 
     // --uncalibrated gives the raw sums back.
@@ -578,7 +601,9 @@ fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
     for d in &dense {
         assert!(d["measured_ms"].as_f64().unwrap() > 0.0 && d["weight_mib"].as_f64().unwrap() > 0.0, "{d}");
     }
-    for field in ["dense_weight_ms_per_mib", "dense_weight_floor_mib", "dense_weight_limit_mib"] {
+    let fields =
+        ["dense_weight_ms_per_mib", "dense_weight_floor_mib", "dense_weight_limit_mib", "dense_network_min_mib"];
+    for field in fields.into_iter().chain(["dense_cache_mib"]) {
         assert!(v["correction"][field].as_f64().is_some_and(|x| x.is_finite() && x >= 0.0), "{field}: {v}");
     }
     // The shipped models carry the nominal speed-probe time of their data: the probe ran between the rounds.

@@ -26,4 +26,9 @@ $BIN collect --device local --data-dir "$DIR" --configs data/local/configs-chann
 #    augment:grouped_channels entries of zoo/configs.json, added in session 6).
 $BIN collect --device local --data-dir "$DIR" --configs data/local/configs-wide-grouped.json --layers conv2d --time-budget 30m
 echo "phase 5 done $(date -u +%FT%TZ)"
+
+# 6. First-layer convolutions of small-image networks (configs-first-layer.json = the augment:first_layer
+#    entries of zoo/configs.json, added in session 8).
+$BIN collect --device local --data-dir "$DIR" --configs data/local/configs-first-layer.json --layers conv2d --time-budget 15m
+echo "phase 6 done $(date -u +%FT%TZ)"
 echo "end $(date -u +%FT%TZ)"

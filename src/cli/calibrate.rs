@@ -5,8 +5,9 @@ use super::default_dir;
 use super::validate::{bench_with_speed_probe, nominal_probe_ms};
 use anyhow::Context;
 use perfmodel::collect::profile::DeviceProfile;
+use perfmodel::engine::RoundPlan;
 use perfmodel::estimate::calibration::{
-    models_fingerprint, Calibration, CalibrationPoint, DenseLayerPoint, MIN_NETWORKS,
+    models_fingerprint, read_core_cache_mib, Calibration, CalibrationPoint, DenseLayerPoint, MIN_NETWORKS,
 };
 use perfmodel::estimate::memory::{BYTES_PER_ELEMENT, MIB};
 use perfmodel::estimate::validate::{NetworkError, Validation};
@@ -106,14 +107,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     eprintln!("running {} networks, {} rounds each", nets.len(), args.rounds);
     let (rounds, warmup) = if args.memory_only { (1, 0) } else { (args.rounds as usize, args.warmup) };
     let nominal = if args.memory_only || args.no_speed_probe { None } else { nominal_probe_ms(Some(store)) };
-    let (profiles, readings) = bench_with_speed_probe(
-        &nets,
-        &profile,
-        nominal.is_some(),
-        rounds,
-        warmup,
-        usize::try_from(args.block).unwrap_or(usize::MAX),
-    )?;
+    let plan = RoundPlan { rounds, max_rounds: rounds, block: usize::try_from(args.block).unwrap_or(usize::MAX) };
+    let (profiles, readings) = bench_with_speed_probe(&nets, &profile, nominal, plan, warmup)?;
     let estimates = nets.iter().map(|n| estimator.estimate(n)).collect::<perfmodel::Result<Vec<_>>>()?;
     let mut at_nominal = Validation::new(&args.device, "learned", {
         estimates.iter().zip(&profiles).map(|(e, m)| NetworkError::new(e, m)).collect()
@@ -153,8 +148,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 })
             })
             .collect();
+        let weight_mib = costs.iter().map(|c| c.weight_elems * BYTES_PER_ELEMENT).sum::<u64>() as f64 / MIB;
         points.push(CalibrationPoint {
             dense_layers,
+            weight_mib,
             network: net.name.clone(),
             executing_layers: estimate.executing_layers(),
             weighted_layers: estimate.weighted_layers(),
@@ -164,7 +161,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             predicted_peak_memory_mib: estimate.total.peak_memory_mib,
         });
     }
-    let mut calibration = Calibration::fit(&args.device, "learned", &fingerprint, points)?;
+    // The machine the networks ran on (calibrate runs them here).
+    let core_cache_mib = read_core_cache_mib(Path::new("/sys/devices/system/cpu/cpu0/cache"));
+    if core_cache_mib.is_none() {
+        eprintln!("note: the core's cache size could not be read; every dense layer counts as larger than it");
+    }
+    let mut calibration = Calibration::fit(&args.device, "learned", &fingerprint, points, core_cache_mib)?;
     if let (true, Some(why)) = (args.network_latency, &calibration.network_latency_error) {
         anyhow::bail!(perfmodel::Error::Invalid(why.clone()));
     }
@@ -226,23 +228,27 @@ fn print_table(c: &Calibration, path: &Path) {
         median(raw.iter().map(|e| e.1).collect()),
         median(calibrated.iter().map(|e| e.1).collect())
     );
-    let dense: Vec<&DenseLayerPoint> = c.networks.iter().flat_map(|n| &n.dense_layers).collect();
+    let dense: Vec<(&DenseLayerPoint, f64)> =
+        c.networks.iter().flat_map(|n| n.dense_layers.iter().map(|d| (d, n.weight_mib))).collect();
     if !c.memory_only && !dense.is_empty() {
         let error = |d: &DenseLayerPoint, extra: f64| pct(d.predicted_ms + extra, d.measured_ms).abs();
-        let term = |d: &DenseLayerPoint| k.dense_weight_ms_for_mib(d.weight_mib);
+        let term = |d: &DenseLayerPoint, network_mib: f64| k.dense_weight_ms_for_mib(d.weight_mib, network_mib);
         println!(
             "dense layers: {} measured; median |error| {:.1}% raw, {:.1}% with the dense term",
             dense.len(),
-            median(dense.iter().map(|d| error(d, 0.0)).collect()),
-            median(dense.iter().map(|d| error(d, term(d))).collect())
+            median(dense.iter().map(|&(d, _)| error(d, 0.0)).collect()),
+            median(dense.iter().map(|&(d, network_mib)| error(d, term(d, network_mib))).collect())
         );
     }
     println!(
-        "correction: dense layers {:+.4} ms per MiB of weights above {:.2} MiB, up to {:.1} MiB; layer latency \
-         x {:.4} {:+.4} ms; peak memory {:+.3} MiB {:+.4} MiB per executing layer {:+.4} MiB per weighted one",
+        "correction: dense layers {:+.4} ms per MiB of weights above {:.2} MiB, up to {:.1} MiB (above the core's \
+         {:.1} MiB of cache only in networks above {:.1} MiB); layer latency x {:.4} {:+.4} ms; peak memory {:+.3} \
+         MiB {:+.4} MiB per executing layer {:+.4} MiB per weighted one",
         k.dense_weight_ms_per_mib,
         k.dense_weight_floor_mib,
         k.dense_weight_limit_mib,
+        k.dense_cache_mib,
+        k.dense_network_min_mib,
         k.latency_scale,
         k.latency_per_layer_ms,
         k.memory_fixed_mib,

@@ -5,7 +5,7 @@ use anyhow::Context;
 use perfmodel::collect::profile::DeviceProfile;
 use perfmodel::collect::speed::MIN_ROUNDS_NEAR_NOMINAL;
 use perfmodel::collect::speed::{SpeedProbe, PROBE_MAX_AGE};
-use perfmodel::engine::{profile_networks_between, TractExecutor};
+use perfmodel::engine::{profile_networks_observed, BenchObserver, BenchStep, RoundPlan, TractExecutor};
 use perfmodel::estimate::validate::{NetworkError, ProbeReadings, Validation};
 use perfmodel::Network;
 use std::path::PathBuf;
@@ -20,6 +20,10 @@ pub struct Args {
     /// Timed rounds per network (the median is used)
     #[arg(long, default_value_t = 20)]
     rounds: usize,
+    /// Most rounds a network runs in all (default: 3 x --rounds): after --rounds, a network with fewer than 10
+    /// rounds near the nominal speed of the models' data runs more turns, until it has them or reaches this
+    #[arg(long)]
+    max_rounds: Option<u64>,
     /// Rounds a network runs back to back in one turn before the next network's turn
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     block: u64,
@@ -33,20 +37,53 @@ pub struct Args {
     format: Format,
 }
 
-/// Profile `nets` in turns of `block` rounds ([`profile_networks_between`]), with the speed probe (`collect::speed`) timed before and right after every
-/// round (a reading is reused for [`PROBE_MAX_AGE`], so a small network's rounds mostly run back to back).
-/// Returns the profiles and the probe readings (empty when `probe` is false or the probe could not be built; a
-/// note says why).
+/// The speed probe timed around a bench's rounds, asking for more rounds of a network that has too few near
+/// the nominal speed.
+struct ProbeObserver {
+    probe: Option<SpeedProbe>,
+    readings: ProbeReadings,
+    nominal_ms: Option<f64>,
+}
+
+impl BenchObserver for ProbeObserver {
+    fn step(&mut self, step: BenchStep) -> perfmodel::Result<()> {
+        if let Some(p) = self.probe.as_mut() {
+            match p.reading(PROBE_MAX_AGE) {
+                Ok(ms) => self.readings.record(step, ms, p.last_cpu_ms()),
+                Err(e) => {
+                    // Later rounds then have no bracket and get no error at nominal speed.
+                    eprintln!("note: the speed probe failed ({e}); machine speed not measured from here on");
+                    self.probe = None;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn wants_more(&self, network: usize, _rounds: usize) -> bool {
+        match (&self.probe, self.nominal_ms) {
+            (Some(_), Some(nominal)) => self.readings.rounds_near_nominal(network, nominal) < MIN_ROUNDS_NEAR_NOMINAL,
+            _ => false,
+        }
+    }
+}
+
+/// Profile `nets` in turns of `block` rounds ([`profile_networks_observed`]), with the speed probe
+/// (`collect::speed`) timed before and right after every round (a reading is reused for [`PROBE_MAX_AGE`], so a
+/// small network's rounds mostly run back to back). After `rounds`, a network with fewer than
+/// [`MIN_ROUNDS_NEAR_NOMINAL`] rounds near `nominal_ms` runs more turns, up to `max_rounds`: this VM can spend
+/// a whole minute in a fast state (probe at 0.66-0.69x nominal), where one elasticity does not describe every
+/// network (yolo_tiny came out +26-27% at nominal from 5-6 rounds near it, 2026-11-22). Returns the profiles
+/// and the probe readings (empty when `nominal_ms` is `None` or the probe could not be built; a note says why).
 pub(super) fn bench_with_speed_probe(
     nets: &[Network],
     device: &DeviceProfile,
-    probe: bool,
-    rounds: usize,
+    nominal_ms: Option<f64>,
+    plan: RoundPlan,
     warmup: usize,
-    block: usize,
 ) -> anyhow::Result<(Vec<perfmodel::engine::NetworkProfile>, ProbeReadings)> {
     let executor = TractExecutor::new(device.threads)?;
-    let mut probe = match probe.then(|| SpeedProbe::new(&executor, device.protocol.burn_in_runs)) {
+    let probe = match nominal_ms.map(|_| SpeedProbe::new(&executor, device.protocol.burn_in_runs)) {
         Some(Ok(p)) => Some(p),
         Some(Err(e)) => {
             eprintln!("note: machine speed not measured: {e}");
@@ -54,22 +91,9 @@ pub(super) fn bench_with_speed_probe(
         }
         None => None,
     };
-    let mut readings = ProbeReadings::new(nets.len(), rounds);
-    let measured = profile_networks_between(nets, &executor, rounds, warmup, block, &mut |step| {
-        if let Some(p) = probe.as_mut() {
-            match p.reading(PROBE_MAX_AGE) {
-                Ok(ms) => readings.record(step, ms, p.last_cpu_ms()),
-                Err(e) => {
-                    // Later rounds then have no bracket and get no error at nominal speed.
-                    eprintln!("note: the speed probe failed ({e}); machine speed not measured from here on");
-                    probe = None;
-                }
-            }
-        }
-        Ok(())
-    })
-    .context("benchmarking")?;
-    Ok((measured, readings))
+    let mut observer = ProbeObserver { probe, readings: ProbeReadings::new(nets.len(), plan.rounds), nominal_ms };
+    let measured = profile_networks_observed(nets, &executor, plan, warmup, &mut observer).context("benchmarking")?;
+    Ok((measured, observer.readings))
 }
 
 /// The nominal probe time the store's latency models were trained at, with a note when there is none.
@@ -95,14 +119,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         _ => None,
     };
     let nominal = if args.no_speed_probe { None } else { nominal_probe_ms(store) };
-    let (measured, readings) = bench_with_speed_probe(
-        &nets,
-        &device,
-        nominal.is_some(),
-        args.rounds,
-        args.warmup,
-        usize::try_from(args.block).unwrap_or(usize::MAX),
-    )?;
+    let block = usize::try_from(args.block).unwrap_or(usize::MAX);
+    let max_rounds =
+        args.max_rounds.map_or(args.rounds.saturating_mul(3), |m| usize::try_from(m).unwrap_or(usize::MAX));
+    let plan = RoundPlan { rounds: args.rounds, max_rounds, block };
+    let (measured, readings) = bench_with_speed_probe(&nets, &device, nominal, plan, args.warmup)?;
     let rows = estimates.iter().zip(&measured).map(|(e, m)| NetworkError::new(e, m)).collect();
     let mut v = Validation::new(estimator.device(), estimator.method().name(), rows);
     if let Some(nominal) = nominal.filter(|_| !readings.is_empty()) {
@@ -148,9 +169,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     .networks
                     .iter()
                     .filter_map(|n| {
+                        let all = n.rounds.len();
                         let near = match n.rounds_near_nominal {
-                            Some(k) if k >= MIN_ROUNDS_NEAR_NOMINAL => format!(", from the {k} rounds near it"),
-                            Some(k) => format!(", all rounds: {k} near it"),
+                            Some(k) if k >= MIN_ROUNDS_NEAR_NOMINAL => {
+                                format!(", from the {k} of {all} rounds near it")
+                            }
+                            Some(k) => format!(", all {all} rounds: {k} near it"),
                             None => String::new(),
                         };
                         Some(format!(

@@ -124,30 +124,87 @@ pub fn profile_networks_between(
     block: usize,
     between: &mut dyn FnMut(BenchStep) -> Result<()>,
 ) -> Result<Vec<NetworkProfile>> {
+    struct Hook<'a>(&'a mut dyn FnMut(BenchStep) -> Result<()>);
+    impl BenchObserver for Hook<'_> {
+        fn step(&mut self, step: BenchStep) -> Result<()> {
+            (self.0)(step)
+        }
+    }
+    let plan = RoundPlan { rounds, max_rounds: rounds, block };
+    profile_networks_observed(networks, executor, plan, warmup, &mut Hook(between))
+}
+
+/// How many rounds [`profile_networks_observed`] runs: `rounds` for every network in turns of `block`, then
+/// more turns, up to `max_rounds`, for each network its observer wants more of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoundPlan {
+    pub rounds: usize,
+    pub max_rounds: usize,
+    pub block: usize,
+}
+
+/// What runs alongside [`profile_networks_observed`]: a side measurement at every step, and whether a network
+/// needs more rounds than planned.
+pub trait BenchObserver {
+    /// Called before and right after the runs of every round.
+    fn step(&mut self, step: BenchStep) -> Result<()>;
+    /// Asked after the planned rounds, at every turn: whether `network` (with `rounds` rounds so far) should run
+    /// another turn.
+    fn wants_more(&self, _network: usize, _rounds: usize) -> bool {
+        false
+    }
+}
+
+/// [`profile_networks_between`] with extra turns for the networks `observer` wants more rounds of (at most
+/// `plan.max_rounds` each): e.g. until enough rounds ran at the speed an estimate is for. The extra turns
+/// keep the order and the block of the planned ones; a network that has enough sits them out.
+pub fn profile_networks_observed(
+    networks: &[Network],
+    executor: &TractExecutor,
+    plan: RoundPlan,
+    warmup: usize,
+    observer: &mut dyn BenchObserver,
+) -> Result<Vec<NetworkProfile>> {
+    let RoundPlan { rounds, max_rounds, block } = plan;
     if rounds == 0 {
         return Err(Error::Invalid("bench needs at least one round".into()));
     }
     if block == 0 {
         return Err(Error::Invalid("bench needs at least one round per turn".into()));
     }
+    let max_rounds = max_rounds.max(rounds);
     let mut benches = networks
         .iter()
         .map(|n| NetworkBench::new(executor, n, rounds, warmup))
         .collect::<Result<Vec<NetworkBench>>>()?;
-    for first in (0..rounds).step_by(block) {
+    let mut done = vec![0usize; networks.len()];
+    let mut first = 0;
+    while first < max_rounds {
+        let planned = first < rounds;
+        let end = (first + block).min(if planned { rounds } else { max_rounds });
+        let mut ran = false;
         for (network, bench) in benches.iter_mut().enumerate() {
-            for round in first..(first + block).min(rounds) {
+            if !planned && (done[network] != first || !observer.wants_more(network, done[network])) {
+                continue;
+            }
+            for round in first..end {
                 // The instrumented run separates the timed run from whatever ran before it on this thread
                 // (another network, the side measurement): the timed run then sees the steady state a network
                 // run on its own (or deployed, inference after inference) sees. Timed right after the speed
                 // probe, mnist_cnn measured 2.2-2.7 ms against 2.0 ms without the probe (2026-11-22, 40 rounds
                 // each).
-                between(BenchStep { network, round, after: false })?;
+                observer.step(BenchStep { network, round, after: false })?;
                 bench.instrumented_run()?;
                 bench.timed_run()?;
-                between(BenchStep { network, round, after: true })?;
+                observer.step(BenchStep { network, round, after: true })?;
+                done[network] = round + 1;
+                ran = true;
             }
         }
+        if !planned && !ran {
+            break;
+        }
+        first = end;
     }
     benches.into_iter().map(|b| b.finish(executor)).collect()
 }
@@ -567,6 +624,47 @@ mod tests {
         // At least the conv weights and one activation tensor of 8x12x12 floats.
         let weights = 2 * (8 * 8 * 9 + 8) * 4;
         assert!(profile.total.planned_memory_mib * 1048576.0 >= (weights + 8 * 144 * 4) as f64, "{profile:?}");
+    }
+
+    #[test]
+    fn extra_turns_run_only_for_the_networks_that_want_them() {
+        // Network 0 wants more until it has 11 rounds (7 planned in turns of 3, at most 12); network 1 never.
+        struct Wanting {
+            steps: Vec<BenchStep>,
+        }
+        impl BenchObserver for Wanting {
+            fn step(&mut self, step: BenchStep) -> Result<()> {
+                self.steps.push(step);
+                Ok(())
+            }
+            fn wants_more(&self, network: usize, rounds: usize) -> bool {
+                network == 0 && rounds < 11
+            }
+        }
+        let nets = [residual(), residual()];
+        let executor = TractExecutor::new(1).unwrap();
+        let mut observer = Wanting { steps: Vec::new() };
+        let plan = RoundPlan { rounds: 7, max_rounds: 12, block: 3 };
+        let profiles = profile_networks_observed(&nets, &executor, plan, 0, &mut observer).unwrap();
+        // Planned turns 0-2, 3-5, 6 for both, then turns 7-9 and 10-11 for network 0 only.
+        assert_eq!((profiles[0].rounds, profiles[1].rounds), (12, 7));
+        assert_eq!(profiles[0].total.round_latency_ms.len(), 12);
+        let order: Vec<(usize, usize)> =
+            observer.steps.iter().filter(|s| !s.after).map(|s| (s.network, s.round)).collect();
+        let turn = |network, rounds: std::ops::Range<usize>| rounds.map(move |r| (network, r));
+        let want: Vec<(usize, usize)> = turn(0, 0..3)
+            .chain(turn(1, 0..3))
+            .chain(turn(0, 3..6))
+            .chain(turn(1, 3..6))
+            .chain(turn(0, 6..7))
+            .chain(turn(1, 6..7))
+            .chain(turn(0, 7..12))
+            .collect();
+        assert_eq!(order, want);
+        assert_eq!(observer.steps.len(), 2 * want.len());
+        // Nothing wanted: the planned rounds only.
+        let plain = profile_networks_between(&nets, &executor, 4, 0, 3, &mut |_| Ok(())).unwrap();
+        assert_eq!((plain[0].rounds, plain[1].rounds), (4, 4));
     }
 
     #[test]

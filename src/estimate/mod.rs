@@ -379,6 +379,8 @@ impl Estimator {
             }
         }
         let total_flops = analysis.total_flops();
+        // The network's f32 weights as the calibration counts them (before any engine layout).
+        let network_weight_bytes: u64 = analysis.costs.iter().map(|c| c.weight_elems * BYTES_PER_ELEMENT).sum();
         let correction = self.calibration.as_ref().map(|c| c.correction);
         let mut fused_into: Vec<Option<usize>> = vec![None; n];
         let padding_into = padding_fused_into(net, &analysis.sources, &consumers);
@@ -455,7 +457,8 @@ impl Estimator {
             if executes {
                 row.memory_mib = (io_bytes + weight_bytes + workspace_bytes) as f64 / MIB;
                 if let (Some(c), Some(t)) = (correction, row.latency_ms) {
-                    row.latency_ms = Some(c.layer_latency_ms(layer_type, cost.weight_elems * BYTES_PER_ELEMENT, t));
+                    let weight_bytes = cost.weight_elems * BYTES_PER_ELEMENT;
+                    row.latency_ms = Some(c.layer_latency_ms(layer_type, weight_bytes, network_weight_bytes, t));
                 }
             }
             if self.has_power {

@@ -38,6 +38,22 @@ pub struct NetworkError {
     /// the clock `measured_latency_at_nominal_ms` came from: with at least
     /// [`crate::collect::speed::MIN_ROUNDS_NEAR_NOMINAL`] of them, only they were used.
     pub rounds_near_nominal: Option<usize>,
+    /// Every timed round in the order it ran, with the probe readings right before and after it (empty without
+    /// a speed probe): what `measured_latency_at_nominal_ms` was computed from, kept so that it can be checked.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rounds: Vec<RoundRecord>,
+}
+
+/// One timed round of a network and the speed-probe readings that bracket it (null where none was taken or the
+/// CPU clock could not be read).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RoundRecord {
+    pub latency_ms: f64,
+    pub cpu_ms: Option<f64>,
+    pub probe_before_ms: Option<f64>,
+    pub probe_after_ms: Option<f64>,
+    pub probe_before_cpu_ms: Option<f64>,
+    pub probe_after_cpu_ms: Option<f64>,
 }
 
 impl NetworkError {
@@ -58,6 +74,7 @@ impl NetworkError {
             measured_cpu_ms: median_of(&measured.total.round_cpu_ms),
             latency_error_at_nominal_wall_pct: None,
             rounds_near_nominal: None,
+            rounds: Vec::new(),
         }
     }
 }
@@ -79,16 +96,26 @@ impl ProbeReadings {
         ProbeReadings { wall: empty.clone(), cpu: empty, taken: 0 }
     }
 
-    /// Record the reading taken at `step` (ignored if the step is out of range).
+    /// Record the reading taken at `step` (ignored if the network is out of range; a round past the planned
+    /// ones extends the network's rounds).
     pub fn record(&mut self, step: BenchStep, wall_ms: f64, cpu_ms: Option<f64>) {
         let side = usize::from(step.after);
-        if let Some(slot) = self.wall.get_mut(step.network).and_then(|r| r.get_mut(step.round)) {
-            slot[side] = wall_ms;
-            self.taken += 1;
+        for (all, value) in [(&mut self.wall, wall_ms), (&mut self.cpu, cpu_ms.unwrap_or(f64::NAN))] {
+            let Some(rounds) = all.get_mut(step.network) else { return };
+            if rounds.len() <= step.round {
+                rounds.resize(step.round + 1, [f64::NAN; 2]);
+            }
+            rounds[step.round][side] = value;
         }
-        if let Some(slot) = self.cpu.get_mut(step.network).and_then(|r| r.get_mut(step.round)) {
-            slot[side] = cpu_ms.unwrap_or(f64::NAN);
-        }
+        self.taken += 1;
+    }
+
+    /// How many rounds of `network` so far ran near the nominal speed ([`rounds_near_nominal`]), on the CPU
+    /// clock when every round has CPU-clock readings, else on the wall clock; 0 while a round lacks a reading.
+    pub fn rounds_near_nominal(&self, network: usize, nominal_ms: f64) -> usize {
+        self.brackets(network, true)
+            .or_else(|| self.brackets(network, false))
+            .map_or(0, |b| rounds_near_nominal(&b, nominal_ms).len())
     }
 
     /// How many readings were recorded.
@@ -104,6 +131,13 @@ impl ProbeReadings {
     fn values(&self, cpu: bool) -> Vec<f64> {
         let all = if cpu { &self.cpu } else { &self.wall };
         all.iter().flatten().flatten().copied().filter(|x| x.is_finite()).collect()
+    }
+
+    /// The readings around round `round` of `network`, wall clock then CPU clock, `[before, after]` (NaN where
+    /// none was recorded).
+    fn around(&self, network: usize, round: usize) -> ([f64; 2], [f64; 2]) {
+        let get = |all: &Vec<Vec<[f64; 2]>>| all.get(network).and_then(|r| r.get(round)).copied();
+        (get(&self.wall).unwrap_or([f64::NAN; 2]), get(&self.cpu).unwrap_or([f64::NAN; 2]))
     }
 
     /// The mean of the two readings around each round of `network`; `None` if one is missing.
@@ -202,6 +236,22 @@ impl Validation {
         let mut errors = Vec::new();
         for (i, ((row, estimate), profile)) in self.networks.iter_mut().zip(estimates).zip(measured).enumerate() {
             let rounds = &profile.total.round_latency_ms;
+            let finite = |x: f64| x.is_finite().then_some(x);
+            row.rounds = rounds
+                .iter()
+                .enumerate()
+                .map(|(round, &latency_ms)| {
+                    let ([before, after], [before_cpu, after_cpu]) = readings.around(i, round);
+                    RoundRecord {
+                        latency_ms,
+                        cpu_ms: profile.total.round_cpu_ms.get(round).copied(),
+                        probe_before_ms: finite(before),
+                        probe_after_ms: finite(after),
+                        probe_before_cpu_ms: finite(before_cpu),
+                        probe_after_cpu_ms: finite(after_cpu),
+                    }
+                })
+                .collect();
             let share = probe_following_share(estimate);
             let error = |at_nominal: f64| 100.0 * (row.predicted_latency_ms - at_nominal) / at_nominal;
             let wall =
@@ -278,7 +328,7 @@ mod tests {
         at(0, 1, false, 2.0, Some(1.0));
         at(0, 1, true, 2.0, Some(1.0));
         at(1, 1, false, 4.0, Some(2.0));
-        at(9, 0, false, 4.0, Some(2.0)); // out of range: ignored
+        at(9, 0, false, 4.0, Some(2.0)); // no such network: ignored
         assert_eq!(r.len(), 7);
         assert_eq!(r.brackets(0, false), Some(vec![2.0, 2.0]));
         assert_eq!(r.brackets(0, true), Some(vec![1.0, 1.0]));
@@ -290,5 +340,21 @@ mod tests {
         assert_eq!(r.brackets(1, true), None);
         assert_eq!(r.values(false).len(), 8);
         assert_eq!(r.values(true).len(), 7);
+        let (wall, cpu) = r.around(1, 0);
+        assert_eq!(wall, [5.0, 7.0]);
+        assert!(cpu[0] == 2.5 && cpu[1].is_nan());
+        assert!(r.around(5, 0).0.iter().all(|x| x.is_nan()));
+        // Near nominal (2.0 +- 10%): network 0's rounds at 2.0 and 2.0 on the wall clock, 1.0 and 1.0 on the CPU
+        // clock (used, as every round has one).
+        assert_eq!(r.rounds_near_nominal(0, 2.0), 0);
+        assert_eq!(r.rounds_near_nominal(0, 1.0), 2);
+        // A round past the planned two extends the network's rounds; until its second reading it has no bracket.
+        r.record(BenchStep { network: 0, round: 2, after: false }, 2.0, None);
+        assert_eq!(r.brackets(0, false), None);
+        assert_eq!(r.rounds_near_nominal(0, 2.0), 0);
+        r.record(BenchStep { network: 0, round: 2, after: true }, 2.1, None);
+        assert_eq!(r.brackets(0, false), Some(vec![2.0, 2.0, 2.05]));
+        assert_eq!(r.brackets(0, true), None);
+        assert_eq!(r.rounds_near_nominal(0, 2.0), 3);
     }
 }
