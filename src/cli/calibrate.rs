@@ -161,10 +161,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             predicted_peak_memory_mib: estimate.total.peak_memory_mib,
         });
     }
-    // The machine the networks ran on (calibrate runs them here).
-    let core_cache_mib = read_core_cache_mib(Path::new("/sys/devices/system/cpu/cpu0/cache"));
+    // The machine the networks ran on (calibrate runs them here): the kernel's cache description, else the L2
+    // size tract blocks its kernels by.
+    let core_cache_mib = read_core_cache_mib(Path::new("/sys/devices/system/cpu/cpu0/cache"))
+        .or_else(|| perfmodel::engine::packing::host_l2_bytes().map(|b| b as f64 / MIB));
     if core_cache_mib.is_none() {
-        eprintln!("note: the core's cache size could not be read; every dense layer counts as larger than it");
+        eprintln!("note: the core's cache size could not be read; the dense-layer term applies in every network");
     }
     let mut calibration = Calibration::fit(&args.device, "learned", &fingerprint, points, core_cache_mib)?;
     if let (true, Some(why)) = (args.network_latency, &calibration.network_latency_error) {
@@ -241,14 +243,12 @@ fn print_table(c: &Calibration, path: &Path) {
         );
     }
     println!(
-        "correction: dense layers {:+.4} ms per MiB of weights above {:.2} MiB, up to {:.1} MiB (above the core's \
-         {:.1} MiB of cache only in networks above {:.1} MiB); layer latency x {:.4} {:+.4} ms; peak memory {:+.3} \
-         MiB {:+.4} MiB per executing layer {:+.4} MiB per weighted one",
+        "correction: dense layers {:+.4} ms per MiB of weights above {:.2} MiB, up to {:.1} MiB{}; layer latency x \
+         {:.4} {:+.4} ms; peak memory {:+.3} MiB {:+.4} MiB per executing layer {:+.4} MiB per weighted one",
         k.dense_weight_ms_per_mib,
         k.dense_weight_floor_mib,
         k.dense_weight_limit_mib,
-        k.dense_cache_mib,
-        k.dense_network_min_mib,
+        dense_gate_clause(&k),
         k.latency_scale,
         k.latency_per_layer_ms,
         k.memory_fixed_mib,
@@ -256,4 +256,16 @@ fn print_table(c: &Calibration, path: &Path) {
         k.memory_per_weighted_layer_mib
     );
     println!("written to {} (validate on networks not listed here, e.g. zoo/holdout/)", path.display());
+}
+
+/// How the dense term's cache gate reads in a sentence ("" without a gate).
+pub(super) fn dense_gate_clause(k: &perfmodel::estimate::calibration::Correction) -> String {
+    if k.dense_network_min_mib > 0.0 {
+        format!(
+            " (above the core's {:.1} MiB of cache only in networks above {:.1} MiB)",
+            k.dense_cache_mib, k.dense_network_min_mib
+        )
+    } else {
+        String::new()
+    }
 }

@@ -17,11 +17,12 @@ pub struct Args {
     nets: Vec<PathBuf>,
     #[command(flatten)]
     estimator: EstimatorArgs,
-    /// Timed rounds per network (the median is used)
-    #[arg(long, default_value_t = 20)]
-    rounds: usize,
-    /// Most rounds a network runs in all (default: 3 x --rounds): after --rounds, a network with fewer than 10
-    /// rounds near the nominal speed of the models' data runs more turns, until it has them or reaches this
+    /// Timed rounds per network (the median is used; more may run, see --max-rounds)
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
+    rounds: u64,
+    /// Most rounds a network runs in all (at least --rounds; default 3 x --rounds): with the speed probe, a
+    /// network with fewer than 10 rounds near the nominal speed of the models' data after --rounds runs more
+    /// turns, until it has them or reaches this
     #[arg(long)]
     max_rounds: Option<u64>,
     /// Rounds a network runs back to back in one turn before the next network's turn
@@ -43,6 +44,9 @@ struct ProbeObserver {
     probe: Option<SpeedProbe>,
     readings: ProbeReadings,
     nominal_ms: Option<f64>,
+    /// Count rounds near nominal on the CPU clock, as [`Validation::with_speed_probe`] does for a one-thread
+    /// engine (a pool computes on other threads, whose time the calling thread's clock does not see).
+    cpu_clock: bool,
 }
 
 impl BenchObserver for ProbeObserver {
@@ -62,7 +66,9 @@ impl BenchObserver for ProbeObserver {
 
     fn wants_more(&self, network: usize, _rounds: usize) -> bool {
         match (&self.probe, self.nominal_ms) {
-            (Some(_), Some(nominal)) => self.readings.rounds_near_nominal(network, nominal) < MIN_ROUNDS_NEAR_NOMINAL,
+            (Some(_), Some(nominal)) => {
+                self.readings.rounds_near_nominal(network, nominal, self.cpu_clock) < MIN_ROUNDS_NEAR_NOMINAL
+            }
             _ => false,
         }
     }
@@ -91,7 +97,8 @@ pub(super) fn bench_with_speed_probe(
         }
         None => None,
     };
-    let mut observer = ProbeObserver { probe, readings: ProbeReadings::new(nets.len(), plan.rounds), nominal_ms };
+    let readings = ProbeReadings::new(nets.len(), plan.rounds);
+    let mut observer = ProbeObserver { probe, readings, nominal_ms, cpu_clock: executor.threads() == 1 };
     let measured = profile_networks_observed(nets, &executor, plan, warmup, &mut observer).context("benchmarking")?;
     Ok((measured, observer.readings))
 }
@@ -120,9 +127,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let nominal = if args.no_speed_probe { None } else { nominal_probe_ms(store) };
     let block = usize::try_from(args.block).unwrap_or(usize::MAX);
-    let max_rounds =
-        args.max_rounds.map_or(args.rounds.saturating_mul(3), |m| usize::try_from(m).unwrap_or(usize::MAX));
-    let plan = RoundPlan { rounds: args.rounds, max_rounds, block };
+    let rounds = usize::try_from(args.rounds).unwrap_or(usize::MAX);
+    let max_rounds = args.max_rounds.map_or(rounds.saturating_mul(3), |m| usize::try_from(m).unwrap_or(usize::MAX));
+    if max_rounds < rounds {
+        anyhow::bail!(perfmodel::Error::Invalid(format!(
+            "--max-rounds {max_rounds} is below --rounds {rounds}: a network runs at least --rounds rounds"
+        )));
+    }
+    let plan = RoundPlan { rounds, max_rounds, block };
     let (measured, readings) = bench_with_speed_probe(&nets, &device, nominal, plan, args.warmup)?;
     let rows = estimates.iter().zip(&measured).map(|(e, m)| NetworkError::new(e, m)).collect();
     let mut v = Validation::new(estimator.device(), estimator.method().name(), rows);

@@ -42,6 +42,12 @@ pub fn host_caches() -> &'static str {
     })
 }
 
+/// The L2 cache size tract-linalg reports for this machine, bytes (`None` when it reports none).
+pub fn host_l2_bytes() -> Option<u64> {
+    let l2 = tract_linalg::cache::cache_info().l2;
+    (l2 > 0).then_some(l2 as u64)
+}
+
 /// What tract-linalg's kernel dispatch answers for one f32 matmul shape: the packed weights' bytes and the
 /// chosen kernel's tile (`mr` rows by `nr` columns).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,6 +20,9 @@ use std::time::Instant;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
+/// Rounds whose room is reserved up front (more grow as they run): an absurd round count is not an allocation.
+const PREALLOCATED_ROUNDS: usize = 1024;
+
 /// Result of [`profile_network`]; serialised as `perfmodel bench --format json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NetworkProfile {
@@ -104,7 +107,7 @@ pub fn profile_networks(
     profile_networks_between(networks, executor, rounds, warmup, block, &mut |_| Ok(()))
 }
 
-/// Where [`profile_networks_between`] is when it calls its hook: before (`after` false) or right after (`after`
+/// Where [`profile_networks_between`] (or [`profile_networks_observed`]) is when it calls its hook: before (`after` false) or right after (`after`
 /// true) the runs of round `round` of network `network`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BenchStep {
@@ -181,7 +184,7 @@ pub fn profile_networks_observed(
     let mut first = 0;
     while first < max_rounds {
         let planned = first < rounds;
-        let end = (first + block).min(if planned { rounds } else { max_rounds });
+        let end = first.saturating_add(block).min(if planned { rounds } else { max_rounds });
         let mut ran = false;
         for (network, bench) in benches.iter_mut().enumerate() {
             if !planned && (done[network] != first || !observer.wants_more(network, done[network])) {
@@ -296,11 +299,11 @@ impl<'a> NetworkBench<'a> {
             workload,
             attribution,
             memory,
-            totals: Vec::with_capacity(rounds),
-            cpu_totals: Vec::with_capacity(rounds),
+            totals: Vec::with_capacity(rounds.min(PREALLOCATED_ROUNDS)),
+            cpu_totals: Vec::with_capacity(rounds.min(PREALLOCATED_ROUNDS)),
             cpu_readable: true,
-            per_layer: vec![Vec::with_capacity(rounds); network.layers.len()],
-            unattributed: Vec::with_capacity(rounds),
+            per_layer: vec![Vec::with_capacity(rounds.min(PREALLOCATED_ROUNDS)); network.layers.len()],
+            unattributed: Vec::with_capacity(rounds.min(PREALLOCATED_ROUNDS)),
         })
     }
 

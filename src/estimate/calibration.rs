@@ -23,7 +23,8 @@
 //!   are evicted by any network's other layers; larger ones stream from the shared cache even alone, and only a
 //!   network whose weights overflow that cache too sends them to memory. In the zoo's 6-MiB MLP the 4-MiB layer
 //!   took its alone time (0.22 ms, 2026-11-22) while its 1-MiB layers took 3x theirs, and in the 14-550 MiB
-//!   CNNs the 4-8 MiB classifier heads took 2-3x theirs. The network size is fitted ([`fit_dense_gate`]);
+//!   CNNs the 4-8 MiB classifier heads took 2-3x theirs. The network size is fitted ([`fit_dense_gate`]) when
+//!   enough layers support it;
 //! - latency (with `--network-latency` only): each executing layer's prediction `t` (after the dense term)
 //!   becomes `max(0, latency_scale · t + latency_per_layer_ms)`;
 //! - peak memory: `+ memory_fixed_mib + memory_per_layer_mib · executing layers + memory_per_weighted_layer_mib ·
@@ -230,8 +231,8 @@ pub struct Calibration {
 
 impl Calibration {
     /// Fit the correction to `networks` (at least [`MIN_NETWORKS`], each with positive measurements), measured
-    /// on a machine whose cores have `core_cache_mib` of their own cache (L2; `None` when unknown: every dense
-    /// layer may then keep its regime in a small network, see [`fit_dense_gate`]).
+    /// on a machine whose cores have `core_cache_mib` of their own cache (L2; `None` when unknown: the dense
+    /// term then applies in every network, see [`fit_dense_gate`]).
     pub fn fit(
         device: &str,
         method: &str,
@@ -247,15 +248,17 @@ impl Calibration {
         }
         for p in &networks {
             let values = [p.measured_latency_ms, p.predicted_latency_ms, p.measured_peak_memory_mib];
-            if values.iter().any(|v| !v.is_finite() || *v <= 0.0) || !p.predicted_peak_memory_mib.is_finite() {
+            if values.iter().any(|v| !v.is_finite() || *v <= 0.0)
+                || !p.predicted_peak_memory_mib.is_finite()
+                || !(p.weight_mib.is_finite() && p.weight_mib >= 0.0)
+            {
                 return Err(Error::Invalid(format!(
                     "network '{}': calibration needs positive, finite latencies and memory, got {p:?}",
                     p.network
                 )));
             }
         }
-        let cache_mib = core_cache_mib.filter(|c| c.is_finite() && *c > 0.0).unwrap_or(0.0);
-        let dense_only = fit_dense_gate(&networks, cache_mib);
+        let dense_only = fit_dense_gate(&networks, core_cache_mib.filter(|c| c.is_finite() && *c > 0.0));
         // Latency: measured ≈ scale · (predicted + dense term) + per_layer · layers, weights 1 / measured².
         let latency: Vec<(f64, f64, f64)> = networks
             .iter()
@@ -445,24 +448,34 @@ pub fn models_fingerprint(manifest: &Manifest) -> String {
 /// for it, as a correction with nothing else. Candidate sizes: 0 (every network) and halfway (geometrically)
 /// between each two consecutive weight sizes of the networks with dense layers. For each, the term is fitted
 /// ([`fit_dense_weights`]) on the layers that get it and judged, like the term itself, by the mean absolute
-/// relative error over every dense layer (those kept from it included); the smallest size wins a tie. On
-/// `local` (2026-11-22, 32 dense layers, L2 2 MiB) the mean error went from 0.188 with the term everywhere to
-/// 0.157 at 9.05 MiB (between the 6.1-MiB MLP and the 9.8-MiB MobileNetV3-Small), and rose again above it.
-fn fit_dense_gate(networks: &[CalibrationPoint], cache_mib: f64) -> Correction {
+/// relative error over every dense layer (those kept from it included); the smallest size wins a tie. A size
+/// must keep at least [`MIN_DENSE_LAYERS`] layers from the term, as the term needs that many to be fitted at
+/// all: one layer is not evidence of a cache regime. Without a known cache size there is no gate.
+fn fit_dense_gate(networks: &[CalibrationPoint], cache_mib: Option<f64>) -> Correction {
     let with_dense: Vec<&CalibrationPoint> = networks.iter().filter(|p| !p.dense_layers.is_empty()).collect();
+    let usable =
+        |d: &&DenseLayerPoint| [d.weight_mib, d.predicted_ms, d.measured_ms].iter().all(|v| v.is_finite() && *v > 0.0);
     let mut sizes: Vec<f64> = with_dense.iter().map(|p| p.weight_mib).filter(|w| w.is_finite() && *w > 0.0).collect();
     sizes.sort_by(f64::total_cmp);
     sizes.dedup();
-    let candidates = std::iter::once(0.0).chain(sizes.windows(2).map(|w| (w[0] * w[1]).sqrt()));
-    let usable =
-        |d: &&DenseLayerPoint| [d.weight_mib, d.predicted_ms, d.measured_ms].iter().all(|v| v.is_finite() && *v > 0.0);
+    let gates: Vec<f64> = match cache_mib {
+        Some(_) => std::iter::once(0.0).chain(sizes.windows(2).map(|w| (w[0] * w[1]).sqrt())).collect(),
+        None => vec![0.0],
+    };
     let mut best: Option<(f64, Correction)> = None;
-    for min in candidates {
-        let gate = Correction { dense_network_min_mib: min, dense_cache_mib: cache_mib, ..Correction::NONE };
-        let layers: Vec<&DenseLayerPoint> = with_dense
+    for min in gates {
+        let gate =
+            Correction { dense_network_min_mib: min, dense_cache_mib: cache_mib.unwrap_or(0.0), ..Correction::NONE };
+        let (kept, gated): (Vec<(&DenseLayerPoint, bool)>, Vec<(&DenseLayerPoint, bool)>) = with_dense
             .iter()
-            .flat_map(|p| p.dense_layers.iter().filter(|d| !gate.dense_gated(d.weight_mib, p.weight_mib)))
-            .collect();
+            .flat_map(|p| {
+                p.dense_layers.iter().filter(usable).map(|d| (d, gate.dense_gated(d.weight_mib, p.weight_mib)))
+            })
+            .partition(|(_, gated)| !gated);
+        if min > 0.0 && gated.len() < MIN_DENSE_LAYERS {
+            continue;
+        }
+        let layers: Vec<&DenseLayerPoint> = kept.iter().map(|(d, _)| *d).collect();
         let (k, floor, limit) = fit_dense_weights(&layers);
         let c = Correction {
             dense_weight_ms_per_mib: k,
@@ -484,7 +497,7 @@ fn fit_dense_gate(networks: &[CalibrationPoint], cache_mib: f64) -> Correction {
             best = Some((error, c));
         }
     }
-    best.map_or(Correction { dense_cache_mib: cache_mib, ..Correction::NONE }, |(_, c)| c)
+    best.map_or(Correction { dense_cache_mib: cache_mib.unwrap_or(0.0), ..Correction::NONE }, |(_, c)| c)
 }
 
 /// The size of the largest level-2 data or unified cache of the first CPU, MiB, from the kernel's cache
@@ -758,18 +771,18 @@ mod tests {
     #[test]
     fn layers_beyond_the_core_cache_get_no_term_in_small_networks() {
         // Four large networks (100-2000 MiB of weights) whose dense layers take 0.05 ms more per MiB above
-        // 0.25 MiB (up to 16 MiB); two small ones (2 and 6 MiB) where only the layers within the core's 2 MiB
-        // of cache do, and the 4-MiB ones take what they took alone.
+        // 0.25 MiB (up to 16 MiB); two small ones (10 and 16 MiB) where only the layers within the core's 2 MiB
+        // of cache do, and the 3- and 4-MiB ones take what they took alone.
         let mut points = with_dense_layers(vec![
             point("a", 10, 5.0, 20.0),
             point("b", 200, 80.0, 150.0),
             point("c", 50, 3.0, 4.0),
             point("d", 60, 7.0, 30.0),
         ]);
-        for (name, weight_mib) in [("mlp", 2.0), ("mlp2", 6.0)] {
+        for (name, weight_mib) in [("mlp", 10.0), ("mlp2", 16.0)] {
             let mut p = point(name, 5, 0.1, 3.0);
             p.weight_mib = weight_mib;
-            for (j, mib) in [0.5, 1.0, 1.5, 4.0].into_iter().enumerate() {
+            for (j, mib) in [0.5, 1.0, 1.5, 3.0, 4.0].into_iter().enumerate() {
                 let ms = 0.06 * mib;
                 let extra = if mib <= 2.0 { 0.05 * (mib - 0.25) } else { 0.0 };
                 p.dense_layers.push(DenseLayerPoint {
@@ -783,19 +796,26 @@ mod tests {
         }
         let c = Calibration::fit("dev", "learned", "h", points.clone(), Some(2.0)).unwrap().correction;
         // Halfway (geometrically) between the largest small network and the smallest large one (100 MiB).
-        assert!((c.dense_network_min_mib - (6.0f64 * 100.0).sqrt()).abs() < 1e-9, "{c:?}");
+        assert!((c.dense_network_min_mib - (16.0f64 * 100.0).sqrt()).abs() < 1e-9, "{c:?}");
         assert!((c.dense_weight_ms_per_mib - 0.05).abs() < 1e-9 && c.dense_cache_mib == 2.0, "{c:?}");
-        assert_eq!(c.dense_weight_ms(LayerType::Dense, 4 << 20, 6 << 20), 0.0);
+        assert_eq!(c.dense_weight_ms(LayerType::Dense, 4 << 20, 16 << 20), 0.0);
         assert!((c.dense_weight_ms(LayerType::Dense, 4 << 20, 100 << 20) - 0.05 * 3.75).abs() < 1e-9);
-        assert!((c.dense_weight_ms(LayerType::Dense, 1 << 20, 6 << 20) - 0.05 * 0.75).abs() < 1e-9);
-        assert!((c.dense_weight_ms_for_mib(4.0, 24.5) - 0.05 * 3.75).abs() < 1e-9);
-        // Without the small networks, every network gets the term. Without a known cache every layer counts as
-        // larger than it: here the small networks then lose the term on all their layers.
+        assert!((c.dense_weight_ms(LayerType::Dense, 1 << 20, 16 << 20) - 0.05 * 0.75).abs() < 1e-9);
+        assert!((c.dense_weight_ms_for_mib(4.0, 40.5) - 0.05 * 3.75).abs() < 1e-9);
+        // Without the small networks, every network gets the term. With only the smaller one, whose two
+        // layers beyond the cache alone would call for the gate just above it, that gate is not tried: two
+        // layers are too few to show a cache regime.
         let c = Calibration::fit("dev", "learned", "h", points[..4].to_vec(), Some(2.0)).unwrap().correction;
         assert_eq!(c.dense_network_min_mib, 0.0, "{c:?}");
+        let c = Calibration::fit("dev", "learned", "h", points[..5].to_vec(), Some(2.0)).unwrap().correction;
+        assert_ne!(c.dense_network_min_mib, (10.0f64 * 100.0).sqrt(), "{c:?}");
         let c = Calibration::fit("dev", "learned", "h", points.clone(), None).unwrap().correction;
-        assert!(c.dense_cache_mib == 0.0 && c.dense_network_min_mib > 6.0, "{c:?}");
-        assert_eq!(c.dense_weight_ms(LayerType::Dense, 1 << 20, 6 << 20), 0.0, "{c:?}");
+        assert!(c.dense_cache_mib == 0.0 && c.dense_network_min_mib == 0.0 && c.dense_weight_ms_per_mib > 0.0, "{c:?}");
+        // A network size that is not a finite, non-negative number is refused.
+        let mut bad = points.clone();
+        bad[0].weight_mib = f64::NAN;
+        let err = Calibration::fit("dev", "learned", "h", bad, Some(2.0)).unwrap_err().to_string();
+        assert!(err.contains("network 'a'"), "{err}");
         // A negative cache size in a file is refused.
         let dir = tempfile::tempdir().unwrap();
         let path = Calibration::fit("dev", "learned", "h", points, Some(2.0)).unwrap().save(dir.path()).unwrap();

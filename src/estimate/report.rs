@@ -57,13 +57,18 @@ pub fn table(e: &Estimate) -> String {
         let mut latency = Vec::new();
         if c.dense_weight_ms_per_mib != 0.0 {
             latency.push(format!(
-                "dense layers {:+.4} ms per MiB of weights above {:.2} MiB, up to {:.1} MiB (above {:.1} MiB only in \
-                 networks above {:.1} MiB)",
+                "dense layers {:+.4} ms per MiB of weights above {:.2} MiB, up to {:.1} MiB{}",
                 c.dense_weight_ms_per_mib,
                 c.dense_weight_floor_mib,
                 c.dense_weight_limit_mib,
-                c.dense_cache_mib,
-                c.dense_network_min_mib
+                if c.dense_network_min_mib > 0.0 {
+                    format!(
+                        " (above {:.1} MiB only in networks above {:.1} MiB)",
+                        c.dense_cache_mib, c.dense_network_min_mib
+                    )
+                } else {
+                    String::new()
+                }
             ));
         }
         if c.latency_scale != 1.0 || c.latency_per_layer_ms != 0.0 {

@@ -87,13 +87,15 @@ pub struct ProbeReadings {
     wall: Vec<Vec<[f64; 2]>>,
     cpu: Vec<Vec<[f64; 2]>>,
     taken: usize,
+    /// Rounds every network runs at least: a network with fewer recorded has no brackets.
+    planned: usize,
 }
 
 impl ProbeReadings {
-    /// No readings yet, for `networks` networks of `rounds` rounds.
+    /// No readings yet, for `networks` networks of at least `rounds` rounds (room grows with the readings).
     pub fn new(networks: usize, rounds: usize) -> ProbeReadings {
-        let empty = vec![vec![[f64::NAN; 2]; rounds]; networks];
-        ProbeReadings { wall: empty.clone(), cpu: empty, taken: 0 }
+        let empty = vec![Vec::new(); networks];
+        ProbeReadings { wall: empty.clone(), cpu: empty, taken: 0, planned: rounds }
     }
 
     /// Record the reading taken at `step` (ignored if the network is out of range; a round past the planned
@@ -110,12 +112,14 @@ impl ProbeReadings {
         self.taken += 1;
     }
 
-    /// How many rounds of `network` so far ran near the nominal speed ([`rounds_near_nominal`]), on the CPU
-    /// clock when every round has CPU-clock readings, else on the wall clock; 0 while a round lacks a reading.
-    pub fn rounds_near_nominal(&self, network: usize, nominal_ms: f64) -> usize {
-        self.brackets(network, true)
-            .or_else(|| self.brackets(network, false))
-            .map_or(0, |b| rounds_near_nominal(&b, nominal_ms).len())
+    /// How many of the rounds of `network` recorded so far ran near the nominal speed ([`rounds_near_nominal`]):
+    /// on the CPU clock if `cpu` and every such round has CPU-clock readings (as [`Validation::with_speed_probe`]
+    /// decides for a one-thread engine), else on the wall clock; a round without both readings does not count.
+    pub fn rounds_near_nominal(&self, network: usize, nominal_ms: f64, cpu: bool) -> usize {
+        let means = |cpu: bool| self.means(network, cpu);
+        let chosen = if cpu && means(true).iter().all(|m| m.is_finite()) { means(true) } else { means(false) };
+        let finite: Vec<f64> = chosen.into_iter().filter(|m| m.is_finite()).collect();
+        rounds_near_nominal(&finite, nominal_ms).len()
     }
 
     /// How many readings were recorded.
@@ -140,16 +144,17 @@ impl ProbeReadings {
         (get(&self.wall).unwrap_or([f64::NAN; 2]), get(&self.cpu).unwrap_or([f64::NAN; 2]))
     }
 
-    /// The mean of the two readings around each round of `network`; `None` if one is missing.
-    fn brackets(&self, network: usize, cpu: bool) -> Option<Vec<f64>> {
+    /// The mean of the two readings around each recorded round of `network` (NaN where one is missing).
+    fn means(&self, network: usize, cpu: bool) -> Vec<f64> {
         let all = if cpu { &self.cpu } else { &self.wall };
-        all.get(network)?
-            .iter()
-            .map(|[before, after]| {
-                let mean = (before + after) / 2.0;
-                mean.is_finite().then_some(mean)
-            })
-            .collect()
+        all.get(network).map_or(Vec::new(), |r| r.iter().map(|[before, after]| (before + after) / 2.0).collect())
+    }
+
+    /// The mean of the two readings around each round of `network`; `None` if one is missing or the network
+    /// has fewer than the planned rounds.
+    fn brackets(&self, network: usize, cpu: bool) -> Option<Vec<f64>> {
+        let means = self.means(network, cpu);
+        (means.len() >= self.planned && means.iter().all(|m| m.is_finite())).then_some(means)
     }
 }
 
@@ -346,15 +351,18 @@ mod tests {
         assert!(r.around(5, 0).0.iter().all(|x| x.is_nan()));
         // Near nominal (2.0 +- 10%): network 0's rounds at 2.0 and 2.0 on the wall clock, 1.0 and 1.0 on the CPU
         // clock (used, as every round has one).
-        assert_eq!(r.rounds_near_nominal(0, 2.0), 0);
-        assert_eq!(r.rounds_near_nominal(0, 1.0), 2);
+        assert_eq!(r.rounds_near_nominal(0, 2.0, true), 0);
+        assert_eq!(r.rounds_near_nominal(0, 1.0, true), 2);
+        assert_eq!(r.rounds_near_nominal(0, 2.0, false), 2);
         // A round past the planned two extends the network's rounds; until its second reading it has no bracket.
         r.record(BenchStep { network: 0, round: 2, after: false }, 2.0, None);
         assert_eq!(r.brackets(0, false), None);
-        assert_eq!(r.rounds_near_nominal(0, 2.0), 0);
+        // Round 2 has no CPU-clock reading, so the wall clock counts, without the round lacking its second one.
+        assert_eq!(r.rounds_near_nominal(0, 2.0, true), 2);
+        assert_eq!(r.rounds_near_nominal(0, 1.0, true), 0);
         r.record(BenchStep { network: 0, round: 2, after: true }, 2.1, None);
         assert_eq!(r.brackets(0, false), Some(vec![2.0, 2.0, 2.05]));
         assert_eq!(r.brackets(0, true), None);
-        assert_eq!(r.rounds_near_nominal(0, 2.0), 3);
+        assert_eq!(r.rounds_near_nominal(0, 2.0, true), 3);
     }
 }
