@@ -275,6 +275,11 @@ fn log_uniform(rng: &mut ChaCha8Rng, (lo, hi): (f64, f64)) -> f64 {
     (rng.random_range(lo.ln()..hi.ln())).exp()
 }
 
+/// A log-uniform draw from `range` rounded to a multiple of `step` (at least `step`).
+fn log_uniform_multiple(rng: &mut ChaCha8Rng, range: (f64, f64), step: usize) -> usize {
+    ((log_uniform(rng, range) / step as f64).round() as usize).max(1) * step
+}
+
 fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
     let convs: Vec<_> = pool
         .found_of(LayerType::Conv2d)
@@ -405,9 +410,9 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
             continue;
         }
         let Some([_, h, w]) = inputs.first().and_then(|s| <[usize; 3]>::try_from(s.as_slice()).ok()) else { continue };
-        let channels = ((log_uniform(rng, NEW_CHANNELS) / 8.0).round() as usize).max(1) * 8;
+        let channels = log_uniform_multiple(rng, NEW_CHANNELS, 8);
         let mut other = c.clone();
-        other.filters = ((log_uniform(rng, NEW_CHANNELS) / 8.0).round() as usize).max(1) * 8;
+        other.filters = log_uniform_multiple(rng, NEW_CHANNELS, 8);
         added +=
             pool.augmented(LayerConfig::new(Op::Conv2d(other), vec![vec![channels, h, w]], 1), "channels") as usize;
     }
@@ -430,10 +435,9 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
         if h > WIDE_MAX_HEIGHT {
             continue;
         }
-        let mut draw = || ((log_uniform(rng, WIDE_CHANNELS) / 32.0).round() as usize).max(1) * 32;
-        let channels = draw();
+        let channels = log_uniform_multiple(rng, WIDE_CHANNELS, 32);
         let mut wide = c.clone();
-        wide.filters = draw();
+        wide.filters = log_uniform_multiple(rng, WIDE_CHANNELS, 32);
         added += pool.augmented(LayerConfig::new(Op::Conv2d(wide), vec![vec![channels, h, w]], 1), "wide") as usize;
     }
 
@@ -477,7 +481,7 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
         let channels = FIRST_LAYER_CHANNELS[rng.random_range(0..FIRST_LAYER_CHANNELS.len())];
         let size = FIRST_LAYER_SIZES[rng.random_range(0..FIRST_LAYER_SIZES.len())];
         let mut first = c.clone();
-        first.filters = ((log_uniform(rng, FIRST_LAYER_FILTERS) / 8.0).round() as usize).max(1) * 8;
+        first.filters = log_uniform_multiple(rng, FIRST_LAYER_FILTERS, 8);
         let config = LayerConfig::new(Op::Conv2d(first), vec![vec![channels, size, size]], 1);
         if config.cost().is_err() {
             continue;

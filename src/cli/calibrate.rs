@@ -248,7 +248,7 @@ fn print_table(c: &Calibration, path: &Path) {
         k.dense_weight_ms_per_mib,
         k.dense_weight_floor_mib,
         k.dense_weight_limit_mib,
-        dense_gate_clause(&k),
+        k.dense_gate_clause(),
         k.latency_scale,
         k.latency_per_layer_ms,
         k.memory_fixed_mib,
@@ -256,16 +256,4 @@ fn print_table(c: &Calibration, path: &Path) {
         k.memory_per_weighted_layer_mib
     );
     println!("written to {} (validate on networks not listed here, e.g. zoo/holdout/)", path.display());
-}
-
-/// How the dense term's cache gate reads in a sentence ("" without a gate).
-pub(super) fn dense_gate_clause(k: &perfmodel::estimate::calibration::Correction) -> String {
-    if k.dense_network_min_mib > 0.0 {
-        format!(
-            " (above the core's {:.1} MiB of cache only in networks above {:.1} MiB)",
-            k.dense_cache_mib, k.dense_network_min_mib
-        )
-    } else {
-        String::new()
-    }
 }

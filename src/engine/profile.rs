@@ -107,8 +107,8 @@ pub fn profile_networks(
     profile_networks_between(networks, executor, rounds, warmup, block, &mut |_| Ok(()))
 }
 
-/// Where [`profile_networks_between`] (or [`profile_networks_observed`]) is when it calls its hook: before (`after` false) or right after (`after`
-/// true) the runs of round `round` of network `network`.
+/// Where [`profile_networks_between`] (or [`profile_networks_observed`]) is when it calls its hook: before
+/// (`after` false) or right after (`after` true) the runs of round `round` of network `network`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BenchStep {
     pub network: usize,
@@ -293,17 +293,18 @@ impl<'a> NetworkBench<'a> {
         for _ in 0..=warmup {
             workload.run_outputs()?;
         }
+        let reserve = rounds.min(PREALLOCATED_ROUNDS);
         Ok(NetworkBench {
             network,
             warmup,
             workload,
             attribution,
             memory,
-            totals: Vec::with_capacity(rounds.min(PREALLOCATED_ROUNDS)),
-            cpu_totals: Vec::with_capacity(rounds.min(PREALLOCATED_ROUNDS)),
+            totals: Vec::with_capacity(reserve),
+            cpu_totals: Vec::with_capacity(reserve),
             cpu_readable: true,
-            per_layer: vec![Vec::with_capacity(rounds.min(PREALLOCATED_ROUNDS)); network.layers.len()],
-            unattributed: Vec::with_capacity(rounds.min(PREALLOCATED_ROUNDS)),
+            per_layer: vec![Vec::with_capacity(reserve); network.layers.len()],
+            unattributed: Vec::with_capacity(reserve),
         })
     }
 

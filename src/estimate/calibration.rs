@@ -65,6 +65,13 @@ pub struct DenseLayerPoint {
     pub measured_ms: f64,
 }
 
+impl DenseLayerPoint {
+    /// Whether the point can enter a fit: size and both times finite and positive.
+    fn is_usable(&self) -> bool {
+        [self.weight_mib, self.predicted_ms, self.measured_ms].iter().all(|v| v.is_finite() && *v > 0.0)
+    }
+}
+
 /// Fewest networks a calibration is fitted on (three memory parameters, and one to spare).
 pub const MIN_NETWORKS: usize = 4;
 
@@ -158,6 +165,18 @@ impl Correction {
             self.dense_weight_limit_mib,
             weight_mib,
         )
+    }
+
+    /// The dense term's cache gate in words, to follow a description of the term ("" without a gate).
+    pub fn dense_gate_clause(&self) -> String {
+        if self.dense_network_min_mib > 0.0 {
+            format!(
+                " (above the core's {:.1} MiB of cache only in networks above {:.1} MiB)",
+                self.dense_cache_mib, self.dense_network_min_mib
+            )
+        } else {
+            String::new()
+        }
     }
 
     /// Whether a dense layer of `weight_mib` keeps its cache regime in a network of `network_weight_mib`.
@@ -453,8 +472,6 @@ pub fn models_fingerprint(manifest: &Manifest) -> String {
 /// all: one layer is not evidence of a cache regime. Without a known cache size there is no gate.
 fn fit_dense_gate(networks: &[CalibrationPoint], cache_mib: Option<f64>) -> Correction {
     let with_dense: Vec<&CalibrationPoint> = networks.iter().filter(|p| !p.dense_layers.is_empty()).collect();
-    let usable =
-        |d: &&DenseLayerPoint| [d.weight_mib, d.predicted_ms, d.measured_ms].iter().all(|v| v.is_finite() && *v > 0.0);
     let mut sizes: Vec<f64> = with_dense.iter().map(|p| p.weight_mib).filter(|w| w.is_finite() && *w > 0.0).collect();
     sizes.sort_by(f64::total_cmp);
     sizes.dedup();
@@ -469,7 +486,10 @@ fn fit_dense_gate(networks: &[CalibrationPoint], cache_mib: Option<f64>) -> Corr
         let (kept, gated): (Vec<(&DenseLayerPoint, bool)>, Vec<(&DenseLayerPoint, bool)>) = with_dense
             .iter()
             .flat_map(|p| {
-                p.dense_layers.iter().filter(usable).map(|d| (d, gate.dense_gated(d.weight_mib, p.weight_mib)))
+                p.dense_layers
+                    .iter()
+                    .filter(|d| d.is_usable())
+                    .map(|d| (d, gate.dense_gated(d.weight_mib, p.weight_mib)))
             })
             .partition(|(_, gated)| !gated);
         if min > 0.0 && gated.len() < MIN_DENSE_LAYERS {
@@ -486,7 +506,7 @@ fn fit_dense_gate(networks: &[CalibrationPoint], cache_mib: Option<f64>) -> Corr
         };
         let (mut total, mut count) = (0.0, 0usize);
         for p in &with_dense {
-            for d in p.dense_layers.iter().filter(usable) {
+            for d in p.dense_layers.iter().filter(|d| d.is_usable()) {
                 let predicted = d.predicted_ms + c.dense_weight_ms_for_mib(d.weight_mib, p.weight_mib);
                 total += ((predicted - d.measured_ms) / d.measured_ms).abs();
                 count += 1;
@@ -533,11 +553,7 @@ pub fn read_core_cache_mib(cpu_dir: &Path) -> Option<f64> {
 /// it beats no term at all. The limit is then placed halfway (geometrically) to the next larger observed size,
 /// as nothing between them was measured. All 0 with fewer than [`MIN_DENSE_LAYERS`] usable layers.
 fn fit_dense_weights(layers: &[&DenseLayerPoint]) -> (f64, f64, f64) {
-    let usable: Vec<&DenseLayerPoint> = layers
-        .iter()
-        .copied()
-        .filter(|d| [d.weight_mib, d.predicted_ms, d.measured_ms].iter().all(|v| v.is_finite() && *v > 0.0))
-        .collect();
+    let usable: Vec<&DenseLayerPoint> = layers.iter().copied().filter(|d| d.is_usable()).collect();
     if usable.len() < MIN_DENSE_LAYERS {
         return (0.0, 0.0, 0.0);
     }

@@ -61,14 +61,7 @@ pub fn table(e: &Estimate) -> String {
                 c.dense_weight_ms_per_mib,
                 c.dense_weight_floor_mib,
                 c.dense_weight_limit_mib,
-                if c.dense_network_min_mib > 0.0 {
-                    format!(
-                        " (above {:.1} MiB only in networks above {:.1} MiB)",
-                        c.dense_cache_mib, c.dense_network_min_mib
-                    )
-                } else {
-                    String::new()
-                }
+                c.dense_gate_clause()
             ));
         }
         if c.latency_scale != 1.0 || c.latency_per_layer_ms != 0.0 {

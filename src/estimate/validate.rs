@@ -116,8 +116,9 @@ impl ProbeReadings {
     /// on the CPU clock if `cpu` and every such round has CPU-clock readings (as [`Validation::with_speed_probe`]
     /// decides for a one-thread engine), else on the wall clock; a round without both readings does not count.
     pub fn rounds_near_nominal(&self, network: usize, nominal_ms: f64, cpu: bool) -> usize {
-        let means = |cpu: bool| self.means(network, cpu);
-        let chosen = if cpu && means(true).iter().all(|m| m.is_finite()) { means(true) } else { means(false) };
+        let cpu_means = if cpu { self.means(network, true) } else { Vec::new() };
+        let chosen =
+            if cpu && cpu_means.iter().all(|m| m.is_finite()) { cpu_means } else { self.means(network, false) };
         let finite: Vec<f64> = chosen.into_iter().filter(|m| m.is_finite()).collect();
         rounds_near_nominal(&finite, nominal_ms).len()
     }
