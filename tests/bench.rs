@@ -111,3 +111,30 @@ fn resident_memory_is_the_packed_weights_and_the_trace_finds_the_peak() {
         trace.lines().skip(1).map(|l| l.split(',').nth(4).unwrap().parse::<f64>().unwrap()).fold(0.0, f64::max);
     assert!((highest - peak).abs() < 1e-9, "trace peak {highest}, bench peak {peak}\n{trace}");
 }
+
+#[test]
+fn a_lazy_im2col_keeps_its_offset_tables_resident_as_the_estimate_counts_them() {
+    // A 3x3 convolution on a tall narrow image: too narrow for tract's direct kernel, so a lazy im2col whose
+    // tables (one isize per output pixel and per input tap) are ~1 MiB, built with the plan.
+    let dir = tempfile::tempdir().unwrap();
+    let net = r#"{"name": "lazy", "batch_size": 1, "input_shape": [3, 2048, 64],
+      "layers": [{"name": "stem", "type": "conv2d", "filters": 8, "kernel": [3,3], "use_bias": false}]}"#;
+    std::fs::write(dir.path().join("lazy.json"), net).unwrap();
+    let out = perfmodel(dir.path(), &["bench", "lazy.json", "--rounds", "1", "--warmup", "0", "--format", "json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    const MIB: f64 = 1024.0 * 1024.0;
+    let network = perfmodel::Network::from_json_str(net, "lazy.json").unwrap();
+    let config = network.analyze().unwrap().config(&network, 0);
+    let plan = perfmodel::engine::packing::tract_plan_bytes(&config);
+    assert_eq!(plan, 8 * (2046 * 62 + 3 * 9), "one isize per output pixel and per input channel and tap");
+    let packed = perfmodel::engine::packing::tract_weight_bytes(&config).unwrap() as f64 / MIB;
+    let input = 3.0 * 2048.0 * 64.0 * 4.0 / MIB;
+    let resident = json["total"]["resident_memory_mib"].as_f64().unwrap();
+    let rest = resident - input - packed - plan as f64 / MIB;
+    assert!(
+        (0.0..0.05).contains(&rest),
+        "resident {resident} MiB: input {input}, packed weights {packed}, plan tables {} MiB",
+        plan as f64 / MIB
+    );
+}

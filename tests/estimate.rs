@@ -152,7 +152,7 @@ fn table_warns_about_uncovered_layers_and_csv_leaves_unknowns_empty() {
     args.extend(DIRS);
     let out = perfmodel(dir.path(), &args);
     let csv = String::from_utf8(out.stdout).unwrap();
-    assert!(csv.starts_with("name,type,latency_ms,power_w,energy_mj,memory_mib,predictor\n"), "{csv}");
+    assert!(csv.starts_with("name,type,latency_ms,power_w,energy_mj,memory_mib,in_use_mib,predictor\n"), "{csv}");
     assert!(csv.contains("\ns,activation,,,,"), "{csv}");
 }
 
@@ -621,6 +621,93 @@ fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
     assert_ne!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("at least 4 networks"));
     assert_eq!(std::fs::read_to_string(models.join("calibration.json")).unwrap(), before);
+}
+
+#[test]
+fn calibrate_by_default_runs_the_zoo_and_its_calibration_networks_never_the_holdout() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&root.join("models/local"), &dir.path().join("models/local"));
+    let zoo = dir.path().join("zoo");
+    for (from, to) in [
+        ("zoo/mnist_mlp.json", "mnist_mlp.json"),
+        ("zoo/tabular_mlp.json", "tabular_mlp.json"),
+        ("zoo/calibration/mlp_800.json", "calibration/mlp_800.json"),
+        ("zoo/calibration/dqn_2013.json", "calibration/dqn_2013.json"),
+        ("zoo/holdout/mnist_cnn.json", "holdout/mnist_cnn.json"),
+    ] {
+        std::fs::create_dir_all(zoo.join(to).parent().unwrap()).unwrap();
+        std::fs::copy(root.join(from), zoo.join(to)).unwrap();
+    }
+    // The sampled configs sit beside the architectures and are not a network.
+    std::fs::write(zoo.join("configs.json"), "{\"configs\": []}").unwrap();
+    let args = ["calibrate", "--device", "local", "--models-dir", "models", "--zoo-dir", "zoo", "--memory-only"];
+    let v = json_of(&perfmodel(dir.path(), &[&args[..], &["--format", "json"]].concat()));
+    let mut ran: Vec<&str> = v["networks"].as_array().unwrap().iter().map(|n| n["network"].as_str().unwrap()).collect();
+    ran.sort();
+    assert_eq!(ran, ["dqn_2013", "mlp_800", "mnist_mlp", "tabular_mlp"], "{v}");
+}
+
+#[test]
+fn a_concat_only_one_by_one_convolutions_read_is_never_built_with_the_shipped_tract_models() {
+    // A fire module twice: the first concat feeds only a 1x1 convolution (through a dropout), which tract splits
+    // into one product per part, so the concat is never computed; the second also feeds a pool and is built.
+    let net = r#"{"name": "fire", "batch_size": 1, "input_shape": [64, 55, 55], "layers": [
+      {"name": "e1", "type": "conv2d", "filters": 64, "kernel": [1,1], "activation": "relu"},
+      {"name": "e3", "type": "conv2d", "filters": 64, "kernel": [3,3], "padding": "same", "activation": "relu",
+       "inputs": ["input"]},
+      {"name": "cat", "type": "concat", "axis": 0, "inputs": ["e1", "e3"]},
+      {"name": "drop", "type": "dropout", "rate": 0.5},
+      {"name": "squeeze", "type": "conv2d", "filters": 16, "kernel": [1,1], "activation": "relu"},
+      {"name": "f1", "type": "conv2d", "filters": 64, "kernel": [1,1], "activation": "relu"},
+      {"name": "f3", "type": "conv2d", "filters": 64, "kernel": [3,3], "padding": "same", "activation": "relu",
+       "inputs": ["squeeze"]},
+      {"name": "cat2", "type": "concat", "axis": 0, "inputs": ["f1", "f3"]},
+      {"name": "pool", "type": "max_pool2d", "pool_size": [2,2]},
+      {"name": "squeeze2", "type": "conv2d", "filters": 16, "kernel": [1,1], "inputs": ["cat2"]},
+      {"name": "sum", "type": "add", "inputs": ["squeeze2", "squeeze2"]}]}"#;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("fire.json"), net).unwrap();
+    let models = root.join("models").to_string_lossy().into_owned();
+    let args = ["estimate", "fire.json", "--device", "local", "--models-dir", &models, "--uncalibrated"];
+    let v = json_of(&perfmodel(dir.path(), &[&args[..], &["--format", "json"]].concat()));
+    let layer = |name: &str| v["layers"].as_array().unwrap().iter().find(|l| l["name"] == name).unwrap().clone();
+    assert_eq!(layer("cat")["predictor"], "fused:squeeze", "{v}");
+    assert_eq!((layer("cat")["latency_ms"].as_f64(), layer("cat")["in_use_mib"].clone()), (Some(0.0), Value::Null));
+    assert_ne!(layer("cat2")["predictor"], "fused:squeeze2", "a pool reads cat2: {v}");
+    assert!(layer("cat2")["latency_ms"].as_f64().unwrap() > 0.0);
+    // Both parts of the unbuilt concat (0.74 MiB each) are alive while the squeeze runs.
+    let part_mib = 64.0 * 55.0 * 55.0 * 4.0 / (1024.0 * 1024.0);
+    let squeeze = layer("squeeze")["in_use_mib"].as_f64().unwrap();
+    assert!(squeeze > 2.0 * part_mib, "{squeeze} MiB in use at the squeeze: {v}");
+    // As tract runs it: no node computes cat, a Concat node computes cat2.
+    let bench = ["bench", "fire.json", "--rounds", "1", "--warmup", "0", "--memory-trace", "trace.csv"];
+    assert!(perfmodel(dir.path(), &bench).status.success());
+    let trace = std::fs::read_to_string(dir.path().join("trace.csv")).unwrap();
+    let ops_of = |layer: &str| -> Vec<String> {
+        let cells = |l: &str| l.split(',').map(str::to_string).collect::<Vec<_>>();
+        trace.lines().map(cells).filter(|c| c[2] == layer).map(|c| c[1].clone()).collect()
+    };
+    assert!(ops_of("cat").is_empty() && ops_of("cat2") == ["Concat"], "{trace}");
+    // The paleo baseline models no engine: there the concat runs.
+    let paleo = json_of(&perfmodel(
+        dir.path(),
+        &[
+            "estimate",
+            "fire.json",
+            "--device",
+            "local",
+            "--models-dir",
+            &models,
+            "--method",
+            "paleo",
+            "--format",
+            "json",
+        ],
+    ));
+    let cat = paleo["layers"].as_array().unwrap().iter().find(|l| l["name"] == "cat").unwrap();
+    assert_ne!(cat["predictor"], "fused:squeeze", "{paleo}");
 }
 
 #[test]

@@ -389,7 +389,7 @@ fn c_program_round_trip_and_error_codes() {
 
     // Exactly what the Rust API says, for JSON text and for the layer array.
     let estimate = Estimator::open(&models, DEVICE).unwrap().estimate(&net).unwrap();
-    let t = estimate.total;
+    let t = estimate.total.clone();
     let rust = [t.latency_ms, t.energy_mj.unwrap(), t.peak_memory_mib, t.memory_two_largest_mib, t.memory_two_mean_mib];
     assert_eq!(&json[..5], &rust);
     assert_eq!(line(&stdout, "layers_rc"), "0 []");

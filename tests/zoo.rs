@@ -12,7 +12,7 @@ use common::perfmodel;
 
 /// Published total parameters, typed in here independently of the constants beside the builders
 /// (Keras Applications docs unless noted).
-const PUBLISHED: [(&str, u64); 30] = [
+const PUBLISHED: [(&str, u64); 36] = [
     ("vgg16", 138_357_544),
     ("vgg19", 143_667_240),
     ("resnet50", 25_636_712),
@@ -50,6 +50,15 @@ const PUBLISHED: [(&str, u64); 30] = [
     ("yolo_tiny_backbone", 7_874_159),
     // Placeholder row checked below to have no published figure.
     ("shufflenet_like", 0),
+    // Calibration-only networks. Keras examples cifar10_cnn.py.
+    ("cifar10_cnn", 1_250_858),
+    // Layer lists of the papers, by hand: Mnih et al. 2013 and 2015 with 18 actions, 784-800-800-10,
+    // 784-1200-1200-10, Ciresan et al. 2010's 784-2500-2000-1500-1000-500-10.
+    ("dqn_2013", 680_770),
+    ("dqn_nature", 1_693_362),
+    ("mlp_800", 1_276_810),
+    ("mlp_1200", 2_395_210),
+    ("ciresan_mlp", 11_972_510),
 ];
 
 fn ok(out: &std::process::Output) -> String {
@@ -60,7 +69,7 @@ fn ok(out: &std::process::Output) -> String {
 
 #[test]
 fn every_zoo_network_matches_its_published_parameter_count_within_one_percent() {
-    let entries: Vec<_> = zoo::architectures().into_iter().chain(zoo::holdout()).collect();
+    let entries: Vec<_> = zoo::architectures().into_iter().chain(zoo::holdout()).chain(zoo::calibration()).collect();
     assert!(zoo::architectures().len() >= 20);
     assert!(zoo::holdout().len() >= 4);
     let mut failures = Vec::new();
@@ -92,6 +101,11 @@ fn export_writes_loadable_networks_and_holdouts_apart() {
     }
     for e in zoo::holdout() {
         let path = dir.path().join("out/holdout").join(format!("{}.json", e.name));
+        assert_eq!(Network::load(&path).unwrap(), (e.build)(), "{}", e.name);
+        assert!(!dir.path().join("out").join(format!("{}.json", e.name)).exists());
+    }
+    for e in zoo::calibration() {
+        let path = dir.path().join("out/calibration").join(format!("{}.json", e.name));
         assert_eq!(Network::load(&path).unwrap(), (e.build)(), "{}", e.name);
         assert!(!dir.path().join("out").join(format!("{}.json", e.name)).exists());
     }
@@ -189,9 +203,11 @@ fn holdout_networks_are_never_sampled() {
     sample(dir.path(), "1", "configs.json", &[]);
     let set = ConfigSet::load(dir.path().join("configs.json")).unwrap();
     let holdout: Vec<&str> = zoo::holdout().iter().map(|e| e.name).collect();
+    let calibration: Vec<&str> = zoo::calibration().iter().map(|e| e.name).collect();
     for c in &set.configs {
         let net = c.source.split('/').next().unwrap();
         assert!(!holdout.contains(&net), "{} sampled from holdout", c.source);
+        assert!(!calibration.contains(&net), "{} sampled from a calibration-only network", c.source);
     }
     // Layers that only holdout networks contain are absent: AlexNet's 11x11 stride-4 stem, the MNIST CNN's
     // 1x28x28 input, YOLO's leaky ReLU.

@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Networks to run (net.json or .onnx) [default: every architecture in the zoo directory, not the holdout]
+    /// Networks to run (net.json or .onnx) [default: every architecture in the zoo directory and its
+    /// calibration/ subdirectory, never the holdout]
     nets: Vec<PathBuf>,
     /// Device whose learned estimates are calibrated; the networks run here with its profile's threads
     #[arg(long, default_value = DEFAULT_DEVICE)]
@@ -65,13 +66,24 @@ pub struct Args {
 
 use super::TableOrJson as Format;
 
-/// The zoo's architectures: `*.json` directly in `zoo` (the holdout lives in a subdirectory), except the
-/// sampled configs.
+/// The zoo's architectures (`*.json` directly in `zoo`, except the sampled configs) and its calibration-only
+/// networks (`zoo/calibration/*.json`, if that directory exists). The holdout, another subdirectory, is never
+/// read.
 fn zoo_networks(zoo: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let entries = std::fs::read_dir(zoo).with_context(|| format!("reading the zoo directory {}", zoo.display()))?;
+    let mut nets = json_files(zoo)?;
+    let calibration = zoo.join(perfmodel::zoo::CALIBRATION_DIR);
+    if calibration.is_dir() {
+        nets.extend(json_files(&calibration)?);
+    }
+    Ok(nets)
+}
+
+/// The `*.json` files directly in `dir` except `configs.json`, sorted.
+fn json_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let entries = std::fs::read_dir(dir).with_context(|| format!("reading the zoo directory {}", dir.display()))?;
     let mut nets = Vec::new();
     for entry in entries {
-        let path = entry.with_context(|| format!("reading the zoo directory {}", zoo.display()))?.path();
+        let path = entry.with_context(|| format!("reading the zoo directory {}", dir.display()))?.path();
         let is_net =
             path.extension().is_some_and(|e| e == "json") && path.file_name().is_some_and(|n| n != "configs.json");
         if is_net && path.is_file() {

@@ -8,13 +8,14 @@ use std::path::PathBuf;
 
 #[derive(clap::Subcommand)]
 pub enum Command {
-    /// Write every architecture as <dir>/<name>.json and the holdout networks as <dir>/holdout/<name>.json
+    /// Write every architecture as <dir>/<name>.json, the holdout networks as <dir>/holdout/<name>.json and the
+    /// calibration-only networks as <dir>/calibration/<name>.json
     Export {
         /// Directory to write into (created if missing)
         #[arg(short, long, default_value = "zoo")]
         output: PathBuf,
     },
-    /// List the zoo architectures and holdout networks with parameter counts
+    /// List the zoo architectures, holdout and calibration-only networks with parameter counts
     List,
     /// Collect unique layer configs across the zoo (never holdout), augment them, write configs.json
     Sample(SampleArgs),
@@ -22,7 +23,7 @@ pub enum Command {
 
 #[derive(clap::Args)]
 pub struct SampleArgs {
-    /// Directory of zoo networks (*.json; its holdout/ subdirectory is never read)
+    /// Directory of zoo networks (*.json; its holdout/ and calibration/ subdirectories are never read)
     #[arg(long)]
     zoo_dir: Option<PathBuf>,
     /// Seed of the augmentation's random choices
@@ -47,7 +48,9 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::List => {
             println!("{:<20} {:>9} {:>14} {:>14}  set", "name", "layers", "params", "published");
-            for (set, entries) in [("zoo", zoo::architectures()), ("holdout", zoo::holdout())] {
+            for (set, entries) in
+                [("zoo", zoo::architectures()), ("holdout", zoo::holdout()), ("calibration", zoo::calibration())]
+            {
                 for e in entries {
                     let net = (e.build)();
                     let params = net.analyze()?.total_params();

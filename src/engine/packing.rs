@@ -394,6 +394,21 @@ impl ConvShape {
         Some(weights.saturating_add(bias))
     }
 
+    /// Bytes the lowering's plan keeps for the whole run beyond the weights: a lazy im2col's offset tables,
+    /// built when tract makes the plan (tract-core 0.23.9 `Conv::wire_as_lazy_im2col`: one `isize` per output
+    /// pixel and one per input channel of a group and kernel tap). The other lowerings keep tables of the
+    /// kernel's size only. Measured alone, a layer's memory includes them; in a network they stay resident
+    /// while every other layer runs, like weights: ShuffleNet's 3×3 stem on 224×224 keeps 0.096 MiB.
+    pub fn plan_bytes(&self) -> u64 {
+        match self.lowering() {
+            ConvLowering::Lazy => {
+                let (_, k, n) = self.matmul();
+                8u64.saturating_mul(n as u64).saturating_add(8u64.saturating_mul(k as u64))
+            }
+            _ => 0,
+        }
+    }
+
     /// The scratch the lowering needs while it runs, beyond inputs, weights and outputs. The collected samples
     /// follow it: beyond those, 1×1 convolutions hold a median 2.0× the input copy, explicit im2col 1.05× the
     /// patch matrix, lazy ones 0.23× of what the patch matrix would be (their offset tables).
@@ -417,23 +432,31 @@ impl ConvShape {
 pub fn tract_weight_bytes(config: &LayerConfig) -> Option<u64> {
     match &config.op {
         Op::Dense(d) => dense_bytes(*config.input_shapes.first()?.last()?, d.units, config.batch, d.use_bias),
-        Op::Conv2d(c) => {
-            let input = config.input_shapes.first()?;
-            let out = config.output_shape().ok()?;
-            ConvShape {
-                batch: config.batch,
-                in_channels: *input.first()?,
-                in_width: *input.get(2)?,
-                filters: c.filters,
-                kernel: c.kernel,
-                groups: c.groups,
-                out: [out[1], out[2]],
-                use_bias: c.use_bias,
-            }
-            .weight_bytes()
-        }
+        Op::Conv2d(_) => conv_shape(config)?.weight_bytes(),
         _ => None,
     }
+}
+
+/// Bytes tract builds with a layer's plan and keeps for the whole run besides its weights
+/// ([`ConvShape::plan_bytes`]); 0 for layers without such tables or shapes that do not validate.
+pub fn tract_plan_bytes(config: &LayerConfig) -> u64 {
+    conv_shape(config).map_or(0, |shape| shape.plan_bytes())
+}
+
+fn conv_shape(config: &LayerConfig) -> Option<ConvShape> {
+    let Op::Conv2d(c) = &config.op else { return None };
+    let input = config.input_shapes.first()?;
+    let out = config.output_shape().ok()?;
+    Some(ConvShape {
+        batch: config.batch,
+        in_channels: *input.first()?,
+        in_width: *input.get(2)?,
+        filters: c.filters,
+        kernel: c.kernel,
+        groups: c.groups,
+        out: [out[1], out[2]],
+        use_bias: c.use_bias,
+    })
 }
 
 /// The most features [`PackedShape::engine_features`] gives.
@@ -581,6 +604,26 @@ impl PackedShape {
 mod tests {
     use super::*;
     use crate::layer::{Activation, Conv2d, Dense, Padding};
+
+    #[test]
+    fn only_a_lazy_im2col_keeps_offset_tables() {
+        // ShuffleNet's stem: 3x3 stride 2 on 3x224x224 to 24x112x112, batch 1: lazy, 12544 pixels and 27 taps.
+        let stem = ConvShape {
+            batch: 1,
+            in_channels: 3,
+            in_width: 224,
+            filters: 24,
+            kernel: [3, 3],
+            groups: 1,
+            out: [112, 112],
+            use_bias: false,
+        };
+        assert_eq!(stem.lowering(), ConvLowering::Lazy);
+        assert_eq!(stem.plan_bytes(), 8 * (12544 + 27));
+        // At batch 2 tract builds an explicit im2col instead, and a 1x1 convolution packs its input: no tables.
+        assert_eq!(ConvShape { batch: 2, ..stem }.plan_bytes(), 0);
+        assert_eq!(ConvShape { kernel: [1, 1], ..stem }.plan_bytes(), 0);
+    }
 
     #[test]
     fn packed_weights_cover_at_least_the_f32_weights() {

@@ -5,26 +5,28 @@
 //! device and engine: layers start with colder caches, every node adds the plan's bookkeeping, and the engine
 //! keeps per-node state (packed weights with their padding, plan structures) resident for the whole run. Each
 //! effect is small per layer but adds up over hundreds of layers, so it is fitted once per device from real
-//! whole-network runs of the zoo's *training* architectures (never the holdout networks that `validate` uses) and
-//! applied to every learned estimate:
+//! whole-network runs of the zoo's *training* architectures and calibration-only networks (never the holdout
+//! networks that `validate` uses) and applied to every learned estimate:
 //!
 //! - dense layers: `+ dense_weight_ms_per_mib · (W − dense_weight_floor_mib)` for f32 weights of `W` MiB up to
 //!   `dense_weight_limit_mib` (never negative); a layer larger than the core's cache (`dense_cache_mib`) only in
 //!   networks with more than `dense_network_min_mib` MiB of f32 weights.
 //!   Looped alone, a dense layer finds its weights in cache on every run after the first; in a network the other
 //!   layers have evicted them, and a dense layer at a small batch does little but stream its weights. Measured
-//!   over the zoo on `local` (2026-11-22): dense layers with 1-8 MiB of weights took 1.7-3.5x their predicted
-//!   (alone) time inside the networks, those with 64 MiB and more about 1x (they miss the cache looped alone as
-//!   well). It is a hard limit: a layer above it gets no term, and when the largest size measured took longer,
-//!   the limit is that size. This term is fitted on the dense layers' own times in the runs (an unweighted
-//!   least-squares line of their extra milliseconds, the limit chosen by the mean relative error, see
-//!   [`fit_dense_weights`]), so it does not depend on a network total. Which cache a layer's weights come from
-//!   alone and in a network decides it: weights that fit the core's own cache (L2) stay there looped alone and
-//!   are evicted by any network's other layers; larger ones stream from the shared cache even alone, and only a
-//!   network whose weights overflow that cache too sends them to memory. In the zoo's 6-MiB MLP the 4-MiB layer
-//!   took its alone time (0.22 ms, 2026-11-22) while its 1-MiB layers took 3x theirs, and in the 14-550 MiB
-//!   CNNs the 4-8 MiB classifier heads took 2-3x theirs. The network size is fitted ([`fit_dense_gate`]) when
-//!   enough layers support it;
+//!   over the zoo on `local` (2026-11-23): the 4-8 MiB classifier heads of the ImageNet CNNs took 1.7-2.4x
+//!   their predicted (alone) time inside the networks, the layers of 64 MiB and more about 1x (they miss the
+//!   cache looped alone as well). It is a hard limit: a layer above it gets no term, and when the largest size
+//!   measured took longer, the limit is that size. This term is fitted on the dense layers' own times in the
+//!   runs (an unweighted least-squares line of their extra milliseconds, the limit chosen by the mean relative
+//!   error, see [`fit_dense_weights`]), so it does not depend on a network total. Which cache a layer's weights
+//!   come from alone and in a network decides it: weights that fit the core's own cache (L2) stay there looped
+//!   alone and are evicted by any network's other layers; larger ones stream from the shared cache even alone,
+//!   and only a network large enough to evict them from that too slows them down. The zoo's calibration-only
+//!   networks (`zoo/calibration/`: DQNs, a CIFAR-10 CNN, MNIST MLPs) have such layers in small networks: on
+//!   `local` those beyond L2 in networks of 2.6-9.1 MiB took 0.93-1.35x their alone time in the MLPs and
+//!   1.1-2.0x behind convolutions (two calibrations, 2026-11-23), while the 1-2 MiB layers (within L2) of
+//!   mnist_mlp, tabular_mlp and Ciresan's MLP took 2.1-3.3x theirs. The network size is
+//!   fitted ([`fit_dense_gate`]) when enough layers support it;
 //! - latency (with `--network-latency` only): each executing layer's prediction `t` (after the dense term)
 //!   becomes `max(0, latency_scale · t + latency_per_layer_ms)`;
 //! - peak memory: `+ memory_fixed_mib + memory_per_layer_mib · executing layers + memory_per_weighted_layer_mib ·

@@ -13,7 +13,10 @@
 //! - A layer that does not execute (free views, layers fused into their producer) allocates nothing: its output
 //!   *is* its input tensor (an alias), and reading the alias keeps that tensor alive.
 //! - The weights of every executing layer are resident for the whole inference: a deployed engine loads all
-//!   constants with the model (tract does), not layer by layer.
+//!   constants with the model (tract does), not layer by layer. So are the tables a layer's plan builds
+//!   ([`crate::engine::packing::tract_plan_bytes`]: a lazy im2col's offsets, 0.1 MiB for a 112×112 output):
+//!   measured alone they are part of the layer's memory, in a network they outlive its step. Counted only at
+//!   their own step, ShuffleNet's peak, 20 layers later, came out 0.1 MiB (1%) low.
 //! - While layer `i` executes, memory in use = all weights + all live tensors (its inputs and its output among
 //!   them) + its workspace (scratch the engine needs beyond inputs, output and weights, e.g. im2col buffers,
 //!   from the memory predictor).
@@ -25,7 +28,13 @@
 //!   input (and the input is not the network's), tract frees the input once it is packed, before the product
 //!   writes the output: the step holds max(input, output) + packed copy, not input + output + copy. Without
 //!   this, Xception's 1×1 convolutions on 128×147×147 tensors were predicted 10 MiB (8%) too high.
-//! - Peak memory is the maximum over the executing steps.
+//! - A concat that only 1×1 convolutions read is never built: tract computes each convolution one concatenated
+//!   part at a time ([`super::unmaterialised_concats`]). It allocates nothing, every part stays alive until the
+//!   last of those convolutions has run ([`Step::keeps_inputs`]), and each convolution's workspace is the largest
+//!   of its parts'. Counted as built, with the whole convolution's workspace, SqueezeNet's peak came out 6.7%
+//!   (0.7 MiB) high.
+//! - Peak memory is the maximum over the executing steps; [`in_use_bytes`] gives every step's, so a report can
+//!   name the layer at the peak.
 
 use crate::network::Source;
 
@@ -50,6 +59,9 @@ pub struct Step {
     /// grouped convolutions in tract): see [`peak_bytes`] on when that frees the input before the output is
     /// written.
     pub packs_input: bool,
+    /// A layer that does not execute but whose output is all of its inputs side by side (a concat the engine
+    /// never materialises, its readers taking the parts one by one): reading it keeps every input alive.
+    pub keeps_inputs: bool,
 }
 
 /// Tensor 0 is the network input, tensor 1 + i the output of layer i.
@@ -64,6 +76,12 @@ fn tensor_of(s: &Source) -> usize {
 /// [`crate::network::Analysis::sources`]), `steps[i]` its sizes, `input_bytes` the network input's size and
 /// `weight_bytes` the weights of all executing layers.
 pub fn peak_bytes(sources: &[Vec<Source>], steps: &[Step], input_bytes: u64, weight_bytes: u64) -> u64 {
+    in_use_bytes(sources, steps, input_bytes, weight_bytes).into_iter().flatten().max().unwrap_or(weight_bytes)
+}
+
+/// Bytes in use while each layer runs (weights, live tensors and its workspace), `None` for layers that do not
+/// execute; the peak is their maximum. Arguments as for [`peak_bytes`].
+pub fn in_use_bytes(sources: &[Vec<Source>], steps: &[Step], input_bytes: u64, weight_bytes: u64) -> Vec<Option<u64>> {
     let n = steps.len();
     // Tensor 0 is the network input, tensor 1 + i the output of layer i. `storage[t]` is the tensor that really
     // holds tensor t's data (itself unless t is the output of a layer that does not execute).
@@ -78,6 +96,17 @@ pub fn peak_bytes(sources: &[Vec<Source>], steps: &[Step], input_bytes: u64, wei
     let bytes_of = |t: usize| if t == 0 { input_bytes } else { steps[t - 1].output_bytes };
     // Step after which each stored tensor is last needed (through views too).
     let mut last_use = last_uses(sources, &storage, n);
+    // A part of an unmaterialised concat lives as long as the concat's readers need it; later layers first, so
+    // a chain of them passes the need on.
+    for i in (0..n).rev() {
+        if !steps[i].executes && steps[i].keeps_inputs {
+            let needed = last_use[storage[1 + i]];
+            for s in &sources[i] {
+                let t = storage[tensor_of(s)];
+                last_use[t] = last_use[t].max(needed);
+            }
+        }
+    }
     // In-place steps, in order: the output joins the buffer it overwrites, which then lives as long as the
     // output's readers need it (so a chain conv → relu → add can keep reusing one buffer).
     let find = |storage: &[usize], mut t: usize| {
@@ -117,19 +146,19 @@ pub fn peak_bytes(sources: &[Vec<Source>], steps: &[Step], input_bytes: u64, wei
         }
     }
     let mut live = 0u64;
-    let mut peak = 0u64;
+    let mut in_use = Vec::with_capacity(n);
     for i in 0..n {
         live += allocated_at[i];
-        if steps[i].executes {
+        in_use.push(steps[i].executes.then(|| {
             let mut held = live.saturating_add(steps[i].workspace_bytes);
             if let Some(input) = input_freed_after_packing(sources, steps, &storage, &last_use, i, bytes_of) {
                 held = held.saturating_sub(input.min(steps[i].output_bytes));
             }
-            peak = peak.max(held);
-        }
+            weight_bytes.saturating_add(held)
+        }));
         live -= freed_after[i];
     }
-    weight_bytes.saturating_add(peak)
+    in_use
 }
 
 /// Bytes of the input a packing step `i` frees before writing its output (see the module docs), if it does.
@@ -178,7 +207,25 @@ mod tests {
     use super::*;
 
     fn run(output_bytes: u64, workspace_bytes: u64) -> Step {
-        Step { output_bytes, workspace_bytes, executes: true, in_place: false, packs_input: false }
+        Step { output_bytes, workspace_bytes, executes: true, in_place: false, packs_input: false, keeps_inputs: false }
+    }
+
+    #[test]
+    fn the_parts_of_an_unmaterialised_concat_live_until_its_readers_run() {
+        // input 8 -> a(10), input -> b(20), concat(a, b) never built, conv(concat) -> 5 with 3 of workspace:
+        // the conv reads a and b, so both are alive at its step: 8 + 10 + 20 + 5 + 3.
+        let sources = vec![
+            vec![Source::Input],
+            vec![Source::Input],
+            vec![Source::Layer(0), Source::Layer(1)],
+            vec![Source::Layer(2)],
+        ];
+        let concat = Step { executes: false, keeps_inputs: true, ..run(30, 0) };
+        let steps = [run(10, 0), run(20, 0), concat, run(5, 3)];
+        assert_eq!(in_use_bytes(&sources, &steps, 8, 0), vec![Some(18), Some(38), None, Some(46)]);
+        // As a plain view of its first input, b would be gone by then.
+        let view = Step { keeps_inputs: false, ..concat };
+        assert_eq!(peak_bytes(&sources, &[run(10, 0), run(20, 0), view, run(5, 3)], 8, 0), 38);
     }
 
     #[test]
@@ -210,6 +257,7 @@ mod tests {
             executes: true,
             in_place: true,
             packs_input: false,
+            keeps_inputs: false,
         };
         let steps = [run(16, 0), in_place(16), run(16, 0), in_place(16)];
         // The input (8) lives throughout. a: 8 + 16; r: 8 + 16 (in a); b: 8 + 16 + 16; add: 8 + 16 + 16 (in a).
@@ -231,7 +279,14 @@ mod tests {
             vec![Source::Layer(1)],
             vec![Source::Layer(1), Source::Layer(2)],
         ];
-        let view = Step { output_bytes: 16, workspace_bytes: 0, executes: false, in_place: false, packs_input: false };
+        let view = Step {
+            output_bytes: 16,
+            workspace_bytes: 0,
+            executes: false,
+            in_place: false,
+            packs_input: false,
+            keeps_inputs: false,
+        };
         let steps = [run(16, 0), view, run(4, 100), run(16, 0)];
         // a: 8 + 16 = 24; b: 8 + 16 (a, alive through the view until add) + 4 + 100 = 128;
         // add: 8 + 16 + 4 + 16 = 44.
@@ -248,6 +303,7 @@ mod tests {
             executes: true,
             in_place: false,
             packs_input: true,
+            keeps_inputs: false,
         };
         // c: input 8 + max(a 100, c 60) + copy 120 = 228 (not 8 + 100 + 60 + 120 = 288).
         assert_eq!(peak_bytes(&sources, &[run(100, 0), packing(60, 120), run(4, 0)], 8, 0), 228);

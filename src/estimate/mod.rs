@@ -12,7 +12,9 @@
 //!    (folded into its weights), when that producer has no other consumer. The producer's prediction already
 //!    contains the work; the layer itself costs 0 ms and computes in place. Likewise a zero padding whose only
 //!    reader is a convolution: the engine folds it into the convolution's own padding (tract does; measured
-//!    0 ms in whole-network runs), so the padded tensor is never made.
+//!    0 ms in whole-network runs), so the padded tensor is never made. With tract's models on this machine, a
+//!    channel concat read only by 1×1 convolutions is `fused:<first of them>` as well: tract computes those one
+//!    concatenated part at a time and never builds the concat ([`unmaterialised_concats`]).
 //! 3. The method's predictor (a trained regressor, a baseline formula, a nearest measured sample).
 //! 4. `analytic:bandwidth`: a cheap memory-bound layer with no predictor (activation, batch norm, add, multiply,
 //!    concat, padding, cropping, global pooling: a few operations per element at most) takes the time to read its
@@ -31,9 +33,9 @@ pub mod validate;
 
 use crate::collect::profile::DeviceProfile;
 use crate::error::{Error, Location, Result};
-use crate::layer::{Activation, LayerConfig, LayerCost, LayerError, LayerType, Op};
+use crate::layer::{Activation, LayerConfig, LayerCost, LayerError, LayerType, Op, Shape};
 use crate::metric::Metric;
-use crate::network::{Network, Source};
+use crate::network::{Analysis, Network, Source};
 use crate::train::ModelStore;
 use baseline::{Roofline, Templates};
 use calibration::{Calibration, Correction};
@@ -73,6 +75,20 @@ impl Method {
             Method::Learned(store) => LayerType::ALL.iter().any(|&t| store.predictor(t, metric).is_some()),
             Method::Paleo(_) => metric == Metric::Latency,
             Method::Template(templates) => templates.covers(metric),
+        }
+    }
+
+    /// Whether the models describe tract (the conv2d memory model was trained on tract's packed weights), so
+    /// that tract's graph rewrites shape the estimate too. On any machine: a rewrite such as ConcatThenEinsum
+    /// is decided on the graph, not on the instruction set (the models were trained on an Intel core with
+    /// AVX-512 FP16 and run on AMD Zen 5 cores as well).
+    fn models_tract(&self) -> bool {
+        match self {
+            Method::Learned(store) => store
+                .predictor(LayerType::Conv2d, Metric::Memory)
+                .and_then(|p| p.known_part())
+                .is_some_and(|k| k.knows_tract()),
+            _ => false,
         }
     }
 
@@ -180,6 +196,35 @@ struct Prediction {
     /// weights on this machine), else `None`: the f32 weights count.
     weight_bytes: Option<u64>,
     predictor: String,
+}
+
+/// How a layer's predicted memory divides: what stays resident for the whole run and the workspace its step
+/// holds beyond its inputs, output and those.
+struct Held {
+    /// The engine's weights (packed when the memory model knows tract here, else f32).
+    weight_bytes: u64,
+    /// Tables tract's plan keeps for the whole run ([`crate::engine::packing::tract_plan_bytes`]); 0 when the
+    /// models are not tract's on this machine.
+    plan_bytes: u64,
+    /// `None` without a memory prediction.
+    workspace_bytes: Option<u64>,
+}
+
+impl Prediction {
+    fn held(&self, config: &LayerConfig, cost: &LayerCost) -> Held {
+        let (weight_bytes, plan_bytes) = match self.weight_bytes {
+            // Packed weights mean the models are tract's on this machine: so is its plan.
+            Some(bytes) => (bytes, crate::engine::packing::tract_plan_bytes(config)),
+            None => (cost.weight_elems * BYTES_PER_ELEMENT, 0),
+        };
+        let workspace_bytes = self.memory_mib.map(|m| {
+            // `as` saturates: an absurd extrapolation stays huge instead of wrapping.
+            let predicted = if m.is_finite() && m > 0.0 { (m * MIB) as u64 } else { 0 };
+            let io_bytes = (cost.input_elems + cost.output_elems) * BYTES_PER_ELEMENT;
+            predicted.saturating_sub(io_bytes.saturating_add(weight_bytes).saturating_add(plan_bytes))
+        });
+        Held { weight_bytes, plan_bytes, workspace_bytes }
+    }
 }
 
 /// Where the inputs of the estimation methods live.
@@ -366,6 +411,26 @@ impl Estimator {
         &self.method
     }
 
+    /// Workspace of a 1×1 convolution over a concat tract never builds (see [`unmaterialised_concats`]): it
+    /// computes one product per part, so the largest of the workspaces predicted for each part alone, plus the
+    /// partial sum the next part adds to. `None` when a part has no memory prediction.
+    fn part_workspace(
+        &self,
+        config: &LayerConfig,
+        parts: &[Shape],
+        output_bytes: u64,
+    ) -> std::result::Result<Option<u64>, LayerError> {
+        let mut largest = 0u64;
+        for part in parts {
+            let part_config = LayerConfig { input_shapes: vec![part.clone()], ..config.clone() };
+            let cost = part_config.cost()?;
+            let Some(p) = self.method.predict(&part_config, &cost, self.layer_cache)? else { return Ok(None) };
+            let Some(workspace) = p.held(&part_config, &cost).workspace_bytes else { return Ok(None) };
+            largest = largest.max(workspace);
+        }
+        Ok(Some(largest.saturating_add(output_bytes)))
+    }
+
     /// Estimate a network at its own batch size.
     pub fn estimate(&self, net: &Network) -> Result<Estimate> {
         let analysis = net.analyze()?;
@@ -384,6 +449,11 @@ impl Estimator {
         let correction = self.calibration.as_ref().map(|c| c.correction);
         let mut fused_into: Vec<Option<usize>> = vec![None; n];
         let padding_into = padding_fused_into(net, &analysis.sources, &consumers);
+        let (concat_read_by, reads_concat) = if self.method.models_tract() {
+            unmaterialised_concats(net, &analysis)
+        } else {
+            (vec![None; n], vec![None; n])
+        };
         let mut layers = Vec::with_capacity(n);
         let mut steps = Vec::with_capacity(n);
         let mut uncovered = Vec::new();
@@ -401,13 +471,16 @@ impl Estimator {
                 power_w: None,
                 energy_mj: None,
                 memory_mib: 0.0,
+                in_use_mib: None,
                 predictor: String::new(),
             };
             let mut workspace_bytes = 0u64;
+            // Tables the engine's plan keeps for the whole run (see `tract_plan_bytes`): resident like weights.
+            let mut plan_bytes = 0u64;
             let executes = if layer_type.is_free() {
                 row.predictor.push_str("free");
                 false
-            } else if let Some(conv) = padding_into[i] {
+            } else if let Some(conv) = padding_into[i].or(concat_read_by[i]) {
                 row.predictor = format!("fused:{}", net.layers[conv].name);
                 false
             } else if let Some(owner) = fusion_owner(net, &analysis.sources, &consumers, &fused_into, i) {
@@ -420,19 +493,23 @@ impl Estimator {
                     self.method.predict(&config, cost, self.layer_cache).map_err(|e| layer_error(net, i, e))?;
                 match prediction {
                     Some(p) => {
-                        if let Some(bytes) = p.weight_bytes {
-                            weight_bytes = bytes;
+                        let held = p.held(&config, cost);
+                        (weight_bytes, plan_bytes) = (held.weight_bytes, held.plan_bytes);
+                        match held.workspace_bytes {
+                            Some(bytes) => workspace_bytes = bytes,
+                            None => missing_memory += 1,
                         }
                         row.latency_ms = Some(p.latency_ms);
                         row.power_w = p.power_w;
                         row.predictor = p.predictor;
-                        match p.memory_mib {
-                            Some(m) => {
-                                // `as` saturates: an absurd extrapolation stays huge instead of wrapping.
-                                let predicted = if m.is_finite() && m > 0.0 { (m * MIB) as u64 } else { 0 };
-                                workspace_bytes = predicted.saturating_sub(io_bytes.saturating_add(weight_bytes));
+                        if let (Some(concat), Some(_)) = (reads_concat[i], held.workspace_bytes) {
+                            let parts = &analysis.config(net, concat).input_shapes;
+                            let output_bytes = cost.output_elems * BYTES_PER_ELEMENT;
+                            if let Some(bytes) =
+                                self.part_workspace(&config, parts, output_bytes).map_err(|e| layer_error(net, i, e))?
+                            {
+                                workspace_bytes = bytes;
                             }
-                            None => missing_memory += 1,
                         }
                     }
                     None => match self.memory_bandwidth_gbs {
@@ -455,7 +532,7 @@ impl Estimator {
                 true
             };
             if executes {
-                row.memory_mib = (io_bytes + weight_bytes + workspace_bytes) as f64 / MIB;
+                row.memory_mib = (io_bytes + weight_bytes + plan_bytes + workspace_bytes) as f64 / MIB;
                 if let (Some(c), Some(t)) = (correction, row.latency_ms) {
                     let weight_bytes = cost.weight_elems * BYTES_PER_ELEMENT;
                     row.latency_ms = Some(c.layer_latency_ms(layer_type, weight_bytes, network_weight_bytes, t));
@@ -472,22 +549,33 @@ impl Estimator {
                 };
             }
             if executes {
-                all_weight_bytes += weight_bytes;
+                all_weight_bytes += weight_bytes + plan_bytes;
             }
             let in_place = executes && computes_in_place(&layer.op);
-            let packs_input = executes && copies_input_when_packing(&layer.op);
+            let packs_input = executes && copies_input_when_packing(&layer.op) && reads_concat[i].is_none();
             steps.push(Step {
                 output_bytes: cost.output_elems * BYTES_PER_ELEMENT,
                 workspace_bytes,
                 executes,
                 in_place,
                 packs_input,
+                keeps_inputs: concat_read_by[i].is_some(),
             });
             layers.push(row);
         }
         let input_bytes = net.input_shape.iter().product::<usize>() as u64 * net.batch_size as u64 * BYTES_PER_ELEMENT;
-        let mut peak_memory_mib =
-            memory::peak_bytes(&analysis.sources, &steps, input_bytes, all_weight_bytes) as f64 / MIB;
+        let in_use = memory::in_use_bytes(&analysis.sources, &steps, input_bytes, all_weight_bytes);
+        let mut peak: Option<(usize, u64)> = None;
+        for (i, (row, bytes)) in layers.iter_mut().zip(&in_use).enumerate() {
+            row.in_use_mib = bytes.map(|b| b as f64 / MIB);
+            if let Some(b) = *bytes {
+                if peak.is_none_or(|(_, p)| b > p) {
+                    peak = Some((i, b));
+                }
+            }
+        }
+        let mut peak_memory_mib = peak.map_or(all_weight_bytes, |(_, b)| b) as f64 / MIB;
+        let peak_memory_layer = peak.map(|(i, _)| layers[i].name.clone());
         if let Some(c) = correction {
             let timed: Vec<&LayerEstimate> = layers
                 .iter()
@@ -505,6 +593,7 @@ impl Estimator {
             latency_ms: layers.iter().filter_map(|l| l.latency_ms).sum(),
             energy_mj: self.has_power.then(|| layers.iter().filter_map(|l| l.energy_mj).sum()),
             peak_memory_mib,
+            peak_memory_layer,
             memory_two_largest_mib: executed.iter().take(2).sum(),
             memory_two_mean_mib: if executed.is_empty() {
                 0.0
@@ -604,6 +693,53 @@ fn padding_fused_into(net: &Network, sources: &[Vec<Source>], consumers: &[u32])
         }
     }
     into
+}
+
+/// Concats tract never builds. Its `ConcatThenEinsum` pass (tract-core 0.23.9) turns a product that sums over a
+/// concat's axis into one product per part plus adds: a 1×1 convolution (an einsum after declutter) reading a
+/// channel concat, dropouts between them removed. When every reader of the concat is such a convolution, nothing
+/// reads the concat any more and it is never computed (SqueezeNet's fire modules: each concat feeds the next
+/// squeeze). Returns, per layer, the first such convolution of a concat that is never built, and for each
+/// convolution the concat it reads.
+fn unmaterialised_concats(net: &Network, analysis: &Analysis) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
+    let n = net.layers.len();
+    let (mut read_by, mut reads) = (vec![None; n], vec![None; n]);
+    // Most networks have no concat: no reader lists for them (this runs in every estimate of a NAS loop).
+    if !net.layers.iter().any(|l| matches!(l.op, Op::Concat { .. })) {
+        return (read_by, reads);
+    }
+    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (i, srcs) in analysis.sources.iter().enumerate() {
+        for s in srcs {
+            if let Source::Layer(j) = s {
+                readers[*j].push(i);
+            }
+        }
+    }
+    for (j, layer) in net.layers.iter().enumerate() {
+        let Op::Concat { axis } = layer.op else { continue };
+        let rank = analysis.config(net, j).input_shapes.first().map_or(0, Vec::len) as i64;
+        if rank != 3 || !(axis == 0 || axis == -rank) {
+            continue;
+        }
+        // The concat's readers, looking through dropouts; a reader nobody reads is a network output.
+        let (mut convs, mut pending, mut ok) = (Vec::new(), readers[j].clone(), !readers[j].is_empty());
+        while let Some(r) = pending.pop() {
+            match &net.layers[r].op {
+                Op::Dropout { .. } if !readers[r].is_empty() => pending.extend(&readers[r]),
+                Op::Conv2d(c) if c.kernel == [1, 1] && c.groups == 1 && c.strides == [1, 1] => convs.push(r),
+                _ => ok = false,
+            }
+        }
+        if ok {
+            convs.sort_unstable();
+            read_by[j] = convs.first().copied();
+            for c in convs {
+                reads[c] = Some(j);
+            }
+        }
+    }
+    (read_by, reads)
 }
 
 /// Element-wise layers the engine computes into an input buffer it owns (tract does for uniquely owned inputs);
@@ -713,7 +849,7 @@ impl Estimate {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Totals {
     /// Sum of the layer latencies that are known (a lower bound when layers are uncovered).
     pub latency_ms: f64,
@@ -721,6 +857,8 @@ pub struct Totals {
     pub energy_mj: Option<f64>,
     /// From the liveness walk.
     pub peak_memory_mib: f64,
+    /// The layer running when memory peaks in the liveness walk (null for a network without executing layers).
+    pub peak_memory_layer: Option<String>,
     /// The paper's rule: sum of the two largest layer memory estimates.
     pub memory_two_largest_mib: f64,
     /// The paper's rule: twice the mean layer memory estimate.
@@ -738,6 +876,9 @@ pub struct LayerEstimate {
     pub energy_mj: Option<f64>,
     /// Memory while the layer runs: inputs, output, weights and workspace (0 for layers that do not execute).
     pub memory_mib: f64,
+    /// The whole network's memory in use while the layer runs, from the liveness walk before calibration: all
+    /// weights, the live tensors and the layer's workspace. Null for layers that do not execute.
+    pub in_use_mib: Option<f64>,
     /// What answered: a trained method (`ert`, `knn`, ...), `paleo`, `free`, `fused:<layer>`, `analytic:bandwidth`
     /// or `uncovered`.
     pub predictor: String,

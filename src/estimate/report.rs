@@ -22,19 +22,20 @@ pub fn table(e: &Estimate) -> String {
     let _ = writeln!(out, "{} on device '{}' (batch {}, method {})", e.network, e.device, e.batch_size, e.method);
     let _ = writeln!(
         out,
-        "{:name_w$}  {:type_w$}  {:>11}  {:>8}  {:>10}  {:>10}  predictor",
-        "layer", "type", "latency_ms", "power_w", "energy_mj", "memory_mib"
+        "{:name_w$}  {:type_w$}  {:>11}  {:>8}  {:>10}  {:>10}  {:>10}  predictor",
+        "layer", "type", "latency_ms", "power_w", "energy_mj", "memory_mib", "in_use_mib"
     );
     for l in &e.layers {
         let _ = writeln!(
             out,
-            "{:name_w$}  {:type_w$}  {:>11}  {:>8}  {:>10}  {:>10.3}  {}",
+            "{:name_w$}  {:type_w$}  {:>11}  {:>8}  {:>10}  {:>10.3}  {:>10}  {}",
             l.name,
             l.layer_type.as_str(),
             cell(l.latency_ms, 4),
             cell(l.power_w, 2),
             cell(l.energy_mj, 4),
             l.memory_mib,
+            cell(l.in_use_mib, 3),
             l.predictor
         );
     }
@@ -50,8 +51,11 @@ pub fn table(e: &Estimate) -> String {
     );
     let _ = writeln!(
         out,
-        "peak memory {:.3} MiB (liveness walk); paper's rules: two largest layers {:.3} MiB, 2 x mean {:.3} MiB",
-        t.peak_memory_mib, t.memory_two_largest_mib, t.memory_two_mean_mib
+        "peak memory {:.3} MiB (liveness walk{}); paper's rules: two largest layers {:.3} MiB, 2 x mean {:.3} MiB",
+        t.peak_memory_mib,
+        t.peak_memory_layer.as_ref().map_or(String::new(), |l| format!(", while {l} runs")),
+        t.memory_two_largest_mib,
+        t.memory_two_mean_mib
     );
     if let Some(c) = &e.calibration {
         let mut latency = Vec::new();
@@ -95,7 +99,8 @@ pub fn table(e: &Estimate) -> String {
 pub fn csv(e: &Estimate) -> Result<String> {
     let mut w = csv::Writer::from_writer(Vec::new());
     let fail = |err: csv::Error| Error::Invalid(format!("cannot write CSV: {err}"));
-    w.write_record(["name", "type", "latency_ms", "power_w", "energy_mj", "memory_mib", "predictor"]).map_err(fail)?;
+    w.write_record(["name", "type", "latency_ms", "power_w", "energy_mj", "memory_mib", "in_use_mib", "predictor"])
+        .map_err(fail)?;
     let opt = |v: Option<f64>| v.map(|x| x.to_string()).unwrap_or_default();
     for l in &e.layers {
         w.write_record([
@@ -105,6 +110,7 @@ pub fn csv(e: &Estimate) -> Result<String> {
             &opt(l.power_w),
             &opt(l.energy_mj),
             &l.memory_mib.to_string(),
+            &opt(l.in_use_mib),
             &l.predictor,
         ])
         .map_err(fail)?;

@@ -377,6 +377,13 @@ impl KnownPart {
         Some((engine.weight_feature, engine.bytes(x)?))
     }
 
+    /// Whether the models were trained on tract's packed weights, on any machine: they describe tract as the
+    /// executor, whose graph rewrites do not depend on the instruction set (the packing itself applies only on
+    /// a machine with the training one's, see [`EngineWeights::applies`]).
+    pub fn knows_tract(&self) -> bool {
+        self.engine_weights.is_some()
+    }
+
     /// Bytes the engine keeps resident for the layer's weights, when this part knows them (engine weights that
     /// apply on this machine); `None` means: count the f32 weights.
     pub fn resident_weight_bytes(&self, x: &[f64]) -> Option<u64> {

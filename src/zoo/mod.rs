@@ -1,9 +1,11 @@
 //! The model zoo: the architectures people deploy, written as builder code (not hand-typed JSON) so they can be
 //! checked against their published parameter counts and regenerated. Sampling draws representative layer
 //! configs from [`architectures`]; [`holdout`] networks are never sampled, so whole-network estimates on them
-//! are an honest test of generalisation.
+//! are an honest test of generalisation. [`calibration`] networks fill the gaps in whole-network calibration and
+//! are never sampled either.
 
 pub mod builder;
+mod calibration;
 mod densenet;
 mod efficientnet;
 mod holdout;
@@ -75,11 +77,32 @@ pub fn holdout() -> Vec<ZooEntry> {
     ]
 }
 
-/// Write every architecture as `<dir>/<name>.json` and every holdout network as `<dir>/holdout/<name>.json`.
-/// Returns the written paths.
+/// Networks only `calibrate` runs (besides the architectures): small networks with dense layers larger than a
+/// core's cache, see [`calibration`](self::calibration). Never sampled, never validated on.
+pub fn calibration() -> Vec<ZooEntry> {
+    vec![
+        entry("dqn_2013", calibration::dqn_2013, calibration::DQN_2013_PARAMS),
+        entry("dqn_nature", calibration::dqn_nature, calibration::DQN_NATURE_PARAMS),
+        entry("cifar10_cnn", calibration::cifar10_cnn, calibration::CIFAR10_CNN_PARAMS),
+        entry("mlp_800", calibration::mlp_800, calibration::MLP_800_PARAMS),
+        entry("mlp_1200", calibration::mlp_1200, calibration::MLP_1200_PARAMS),
+        entry("ciresan_mlp", calibration::ciresan_mlp, calibration::CIRESAN_MLP_PARAMS),
+    ]
+}
+
+/// Subdirectory of the zoo that holds [`calibration`] networks.
+pub const CALIBRATION_DIR: &str = "calibration";
+
+/// Write every architecture as `<dir>/<name>.json`, every holdout network as `<dir>/holdout/<name>.json` and
+/// every calibration network as `<dir>/calibration/<name>.json`. Returns the written paths.
 pub fn export(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut written = Vec::new();
-    for (sub, entries) in [(dir.to_path_buf(), architectures()), (dir.join("holdout"), holdout())] {
+    let sets = [
+        (dir.to_path_buf(), architectures()),
+        (dir.join("holdout"), holdout()),
+        (dir.join(CALIBRATION_DIR), calibration()),
+    ];
+    for (sub, entries) in sets {
         for e in entries {
             let net = (e.build)();
             let path = sub.join(format!("{}.json", e.name));
