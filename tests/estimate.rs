@@ -568,11 +568,14 @@ fn copy_tree(from: &Path, to: &Path) {
 
 #[test]
 fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
-    // The shipped models of `local`, copied: calibrate writes next to them.
+    // The shipped models of a device measured on this machine if there is one (else `local`'s), copied:
+    // calibrate writes next to them.
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let trained_here = perfmodel::train::store::devices_trained_here(&root.join("models"));
+    let device = trained_here.first().map_or("local", String::as_str);
     let dir = tempfile::tempdir().unwrap();
-    let models = dir.path().join("models/local");
-    copy_tree(&root.join("models/local"), &models);
+    let models = dir.path().join("models").join(device);
+    copy_tree(&root.join("models").join(device), &models);
     let _ = std::fs::remove_file(models.join("calibration.json"));
     // Training architectures only: the holdout is for validation.
     let nets: Vec<String> =
@@ -580,7 +583,7 @@ fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
             .iter()
             .map(|n| root.join(n).to_string_lossy().into_owned())
             .collect();
-    let mut args = vec!["calibrate", "--device", "local", "--models-dir", "models", "--rounds", "1", "--warmup", "0"];
+    let mut args = vec!["calibrate", "--device", device, "--models-dir", "models", "--rounds", "1", "--warmup", "0"];
     args.extend(nets.iter().map(String::as_str));
     args.extend(["--format", "json"]);
     let v = json_of(&perfmodel(dir.path(), &args));
@@ -606,18 +609,22 @@ fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
     for field in fields.into_iter().chain(["dense_cache_mib"]) {
         assert!(v["correction"][field].as_f64().is_some_and(|x| x.is_finite() && x >= 0.0), "{field}: {v}");
     }
-    // The shipped models carry the nominal speed-probe time of their data: the probe ran between the rounds.
-    assert!(v["machine_speed_ratio"].as_f64().unwrap() > 0.0, "{v}");
+    // The shipped models carry the nominal speed-probe time of their data: the probe ran between the rounds,
+    // unless that time is another machine's.
+    match trained_here.is_empty() {
+        false => assert!(v["machine_speed_ratio"].as_f64().unwrap() > 0.0, "{v}"),
+        true => assert!(v["machine_speed_ratio"].is_null(), "{v}"),
+    }
     assert!(models.join("calibration.json").is_file());
     let estimate = json_of(&perfmodel(
         dir.path(),
-        &["estimate", &nets[0], "--device", "local", "--models-dir", "models", "--format", "json"],
+        &["estimate", &nets[0], "--device", device, "--models-dir", "models", "--format", "json"],
     ));
     assert_eq!(estimate["calibration"], v["correction"]);
 
     // Fewer than four networks cannot be fitted: a clear error, and nothing written over the existing file.
     let before = std::fs::read_to_string(models.join("calibration.json")).unwrap();
-    let out = perfmodel(dir.path(), &["calibrate", "--device", "local", "--models-dir", "models", &nets[0]]);
+    let out = perfmodel(dir.path(), &["calibrate", "--device", device, "--models-dir", "models", &nets[0]]);
     assert_ne!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("at least 4 networks"));
     assert_eq!(std::fs::read_to_string(models.join("calibration.json")).unwrap(), before);
@@ -718,44 +725,79 @@ fn models_that_asked_another_machines_engine_say_so() {
     let elsewhere = EngineFeatures { isa: "tract-linalg 0.23.9 OtherCpu".into(), ..here.clone() };
     let other_caches = EngineFeatures { caches: "L2 1048576 B (shared by 1), last level none".into(), ..here.clone() };
     assert!(here.applies() && !elsewhere.applies() && !other_caches.applies());
-    let estimate = |engine: EngineFeatures| {
+    let store = |engine: EngineFeatures| {
+        vec![
+            (LayerType::Conv2d, Metric::Latency, constant(2.0).with_engine_features(Some(engine))),
+            (LayerType::MaxPool2d, Metric::Latency, constant(0.5)),
+            (LayerType::Dense, Metric::Latency, constant(1.29)),
+        ]
+    };
+    // With `mine` beside `dev`: a device whose models were trained here.
+    let estimate_with = |engine: EngineFeatures, mine: bool| {
         let dir = setup(TINY);
-        write_store(
-            &dir.path().join("models"),
-            "dev",
-            vec![
-                (LayerType::Conv2d, Metric::Latency, constant(2.0).with_engine_features(Some(engine))),
-                (LayerType::MaxPool2d, Metric::Latency, constant(0.5)),
-                (LayerType::Dense, Metric::Latency, constant(1.29)),
-            ],
-        );
+        write_store(&dir.path().join("models"), "dev", store(engine));
+        if mine {
+            write_store(&dir.path().join("models"), "mine", store(here.clone()));
+        }
         let mut args = vec!["estimate", "net.json", "--device", "dev", "--format", "json"];
         args.extend(DIRS);
         json_of(&perfmodel(dir.path(), &args))
     };
+    let estimate = |engine: EngineFeatures| estimate_with(engine, false);
     let notes = |v: &Value| -> Vec<String> {
         v["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect()
     };
-    let other = estimate(elsewhere);
-    assert!(notes(&other).iter().any(|n| n.contains("conv2d/latency (tract-linalg 0.23.9 OtherCpu, L2")), "{other}");
+    let other = estimate(elsewhere.clone());
+    let other_machine = "device 'dev' has models trained on another machine (tract-linalg 0.23.9 OtherCpu, L2";
+    assert!(notes(&other).iter().any(|n| n.contains(other_machine)), "{other}");
+    // No device under the models directory was trained here: the note says how to make one.
+    assert!(notes(&other).iter().any(|n| n.contains("'perfmodel collect --device NAME'")), "{other}");
+    // With one, the note names it instead.
+    let with_mine = estimate_with(elsewhere.clone(), true);
+    let hint = "models trained on this machine: 'mine' (--device mine)";
+    assert!(notes(&with_mine).iter().any(|n| n.contains(hint)), "{with_mine}");
     let smaller_l2 = estimate(other_caches);
     assert!(notes(&smaller_l2).iter().any(|n| n.contains("L2 1048576 B")), "{smaller_l2}");
     // The constant model ignores the appended features: the estimate itself is unchanged.
-    let same = estimate(here);
+    let same = estimate(here.clone());
     assert!(!notes(&same).iter().any(|n| n.contains("trained on")), "{same}");
     assert_eq!(other["total"]["latency_ms"], same["total"]["latency_ms"]);
 }
 
 #[test]
 fn at_current_speed_scales_the_probe_following_layers_of_the_shipped_models() {
-    // The shipped `local` models (trained at a nominal speed-probe time) on this machine.
+    // The shipped models (trained at a nominal speed-probe time) of a device measured on this machine. The
+    // nominal time of a device measured on another machine is that machine's: it is refused.
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = tempfile::tempdir().unwrap();
     let net = root.join("zoo/holdout/alexnet.json").to_string_lossy().into_owned();
     let (models, collectors) = (root.join("models"), root.join("collectors"));
+    let trained_here = perfmodel::train::store::devices_trained_here(&models);
     let (models, collectors) = (models.to_str().unwrap(), collectors.to_str().unwrap());
-    let mut args = vec!["estimate", &net, "--device", "local", "--models-dir", models, "--collectors-dir", collectors];
-    args.extend(["--format", "json"]);
+    let args_for = |device: &'static str| {
+        let mut args =
+            vec!["estimate", &net, "--device", device, "--models-dir", models, "--collectors-dir", collectors];
+        args.extend(["--format", "json", "--at-current-speed"]);
+        args
+    };
+    let mut checked_elsewhere = 0;
+    for device in ["local", "zen5"].into_iter().filter(|d| !trained_here.iter().any(|h| h == d)) {
+        let out = perfmodel(dir.path(), &args_for(device));
+        assert_eq!(out.status.code(), Some(2), "{device}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(&format!("device '{device}' were trained on another machine")), "{err}");
+        checked_elsewhere += 1;
+    }
+    let device = match ["local", "zen5"].into_iter().find(|d| trained_here.iter().any(|h| h == d)) {
+        Some(device) => device,
+        None => {
+            assert_eq!(checked_elsewhere, 2);
+            eprintln!("no shipped device was measured on this machine: scaling to its speed is not checked here");
+            return;
+        }
+    };
+    let mut args = args_for(device);
+    args.pop();
     let nominal = json_of(&perfmodel(dir.path(), &args));
     args.push("--at-current-speed");
     let now = json_of(&perfmodel(dir.path(), &args));

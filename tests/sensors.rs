@@ -140,6 +140,8 @@ fn devices_lists_profiles_and_says_what_is_unavailable() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_perfmodel"))
         .args(["devices", "--collectors-dir"])
         .arg(&collectors)
+        .arg("--models-dir")
+        .arg(dir.path().join("models"))
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -148,4 +150,5 @@ fn devices_lists_profiles_and_says_what_is_unavailable() {
     assert!(text.contains("package-0): available"), "{text}");
     assert!(text.contains("unavailable:") && text.contains("no powercap/RAPL interface"), "{text}");
     assert!(text.contains("memory       available (counting allocator)"), "{text}");
+    assert!(text.contains("models       none (perfmodel collect/train --device fake)"), "{text}");
 }

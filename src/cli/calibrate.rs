@@ -118,7 +118,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let nets = nets.iter().map(Network::load).collect::<perfmodel::Result<Vec<Network>>>()?;
     eprintln!("running {} networks, {} rounds each", nets.len(), args.rounds);
     let (rounds, warmup) = if args.memory_only { (1, 0) } else { (args.rounds as usize, args.warmup) };
-    let nominal = if args.memory_only || args.no_speed_probe { None } else { nominal_probe_ms(Some(store)) };
+    // Models of another machine: their nominal probe time is that machine's, and this fit is this machine's.
+    if let Some(machine) = estimator.trained_elsewhere() {
+        eprintln!(
+            "note: device '{}' has models trained on another machine ({machine}); this calibration fits this \
+             machine's runs to them, and their speed probe is not compared with this machine's",
+            args.device
+        );
+    }
+    let nominal = match estimator.trained_elsewhere() {
+        _ if args.memory_only || args.no_speed_probe => None,
+        Some(_) => None,
+        None => nominal_probe_ms(Some(store)),
+    };
     let plan = RoundPlan { rounds, max_rounds: rounds, block: usize::try_from(args.block).unwrap_or(usize::MAX) };
     let (profiles, readings) = bench_with_speed_probe(&nets, &profile, nominal, plan, warmup)?;
     let estimates = nets.iter().map(|n| estimator.estimate(n)).collect::<perfmodel::Result<Vec<_>>>()?;

@@ -4,6 +4,7 @@ use super::default_dir;
 use perfmodel::collect::sensors::{nvml_device_memory_used, power_sensor, MemorySensor, Sensor};
 use perfmodel::collect::{DeviceProfile, SensorSpec};
 use perfmodel::engine::{Executor, TractExecutor};
+use perfmodel::train::ModelStore;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -11,10 +12,14 @@ pub struct Args {
     /// Directory of device profiles
     #[arg(long)]
     collectors_dir: Option<PathBuf>,
+    /// Directory of trained models (each device's in a subdirectory)
+    #[arg(long)]
+    models_dir: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let dir = args.collectors_dir.unwrap_or_else(|| default_dir("collectors"));
+    let models_dir = args.models_dir.unwrap_or_else(|| default_dir("models"));
     let profiles = DeviceProfile::list(&dir)?;
     anyhow::ensure!(!profiles.is_empty(), "no device profiles (*.toml) in {}", dir.display());
     for p in profiles {
@@ -31,6 +36,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             roofline(p.peak_gflops, "GFLOP/s"),
             roofline(p.memory_bandwidth_gbs, "GB/s")
         );
+        let models = match ModelStore::open(&models_dir, &p.name) {
+            Err(_) if !perfmodel::train::store::manifest_path(&models_dir, &p.name).exists() => {
+                format!("none (perfmodel collect/train --device {})", p.name)
+            }
+            Err(e) => format!("unusable: {e}"),
+            Ok(store) => {
+                let n = store.manifest().models.len();
+                match store.trained_elsewhere() {
+                    Some(machine) => format!("{n} predictors, trained on another machine ({machine})"),
+                    None if store.trained_here() => format!("{n} predictors, trained on this machine"),
+                    None => format!("{n} predictors (they record no machine)"),
+                }
+            }
+        };
+        println!("  models       {models}");
         println!("  latency      available (monotonic clock)");
         match MemorySensor::default().check_available() {
             Ok(()) => println!("  memory       available (counting allocator)"),

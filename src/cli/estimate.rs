@@ -92,6 +92,13 @@ fn current_speed(args: &Args, estimator: &Estimator) -> anyhow::Result<(f64, f64
             device.name
         )));
     }
+    if let Some(machine) = estimator.trained_elsewhere() {
+        anyhow::bail!(invalid(format!(
+            "the models of device '{}' were trained on another machine ({machine}): their nominal speed is the \
+             probe's time there, not a speed of this machine",
+            device.name
+        )));
+    }
     let nominal = store
         .manifest()
         .nominal_probe_ms()

@@ -125,7 +125,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         perfmodel::estimate::Method::Learned(store) => Some(store),
         _ => None,
     };
-    let nominal = if args.no_speed_probe { None } else { nominal_probe_ms(store) };
+    let nominal = match estimator.trained_elsewhere() {
+        _ if args.no_speed_probe => None,
+        // The nominal time is the probe's on another machine: comparing this one's with it says nothing.
+        Some(_) => None,
+        None => nominal_probe_ms(store),
+    };
     let block = usize::try_from(args.block).unwrap_or(usize::MAX);
     let rounds = usize::try_from(args.rounds).unwrap_or(usize::MAX);
     let max_rounds = args.max_rounds.map_or(rounds.saturating_mul(3), |m| usize::try_from(m).unwrap_or(usize::MAX));
@@ -141,9 +146,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(nominal) = nominal.filter(|_| !readings.is_empty()) {
         v = v.with_speed_probe(nominal, &readings, &estimates, &measured);
     }
+    for note in estimates.iter().flat_map(|e| &e.notes) {
+        v.note(note);
+    }
+    if estimator.trained_elsewhere().is_some() && !args.no_speed_probe {
+        v.note(
+            "the speed probe was not timed against the models' nominal speed: that is its time on the machine the \
+             models were trained on; errors at nominal speed not reported",
+        );
+    }
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&v)?),
         Format::Table => {
+            for note in &v.notes {
+                eprintln!("note: {note}");
+            }
             let width = v.networks.iter().map(|n| n.network.len()).max().unwrap_or(7).max(7);
             println!("device '{}', method {}", v.device, v.method);
             println!(

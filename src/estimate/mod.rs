@@ -251,8 +251,10 @@ pub struct Estimator {
     calibration: Option<Calibration>,
     /// Why a calibration on disk is not applied.
     calibration_note: Option<String>,
-    /// Models that ask tract how it runs a layer and were trained where tract dispatches other kernels.
+    /// Why the models do not describe this machine: they were trained on another one.
     engine_note: Option<String>,
+    /// The machine the learned models were trained on, when it is not this one ([`ModelStore::trained_elsewhere`]).
+    trained_elsewhere: Option<String>,
     /// Whether learned per-layer predictions are remembered per thread ([`Estimator::with_layer_cache`]).
     layer_cache: bool,
 }
@@ -263,26 +265,29 @@ impl Estimator {
     pub fn open(models_dir: &Path, device: &str) -> Result<Estimator> {
         let store = ModelStore::open(models_dir, device)?;
         let fingerprint = calibration::models_fingerprint(store.manifest());
-        let elsewhere: Vec<String> = store
-            .layer_types()
-            .into_iter()
-            .flat_map(|t| Metric::ALL.map(|m| (t, m)))
-            .filter_map(|(t, m)| {
-                let engine = store.predictor(t, m)?.engine_features()?;
-                (!engine.applies()).then(|| format!("{t}/{m} ({})", engine.machine()))
-            })
-            .collect();
-        let engine_note = (!elsewhere.is_empty()).then(|| {
+        let trained_elsewhere = store.trained_elsewhere();
+        let engine_note = trained_elsewhere.as_ref().map(|machine| {
+            let here: Vec<String> = crate::train::store::devices_trained_here(models_dir)
+                .into_iter()
+                .map(|d| format!("'{d}' (--device {d})"))
+                .collect();
+            let hint = match here.is_empty() {
+                true => "collect and train this machine as a device of its own ('perfmodel collect --device NAME', \
+                         'perfmodel train --device NAME')"
+                    .to_string(),
+                false => format!("models trained on this machine: {}", here.join(", ")),
+            };
             format!(
-                "models {} see how tract runs a layer on the machine they were trained on; this machine ({}, {}) \
-                 picks other kernels or blocks by other caches, so their latency may be off",
-                elsewhere.join(", "),
+                "device '{device}' has models trained on another machine ({machine}); this machine is {}, {}: its \
+                 cores run at another speed and tract picks other kernels or blocks by other caches, so the latency \
+                 can be far off; {hint}",
                 crate::engine::packing::host_isa(),
                 crate::engine::packing::host_caches()
             )
         });
         let mut estimator = Estimator::new(device, Method::Learned(store));
         estimator.engine_note = engine_note;
+        estimator.trained_elsewhere = trained_elsewhere;
         let calibration = match Calibration::read(models_dir, device)? {
             Some(calibration::Stored::Outdated { format }) => {
                 estimator.calibration_note = Some(format!(
@@ -316,6 +321,13 @@ impl Estimator {
         self
     }
 
+    /// The machine the learned models were trained on, when it is not this one: their latency does not describe
+    /// this machine, and their nominal speed-probe time is another machine's (`validate` and `--at-current-speed`
+    /// do not compare this machine's probe with it).
+    pub fn trained_elsewhere(&self) -> Option<&str> {
+        self.trained_elsewhere.as_deref()
+    }
+
     /// The calibration applied to every estimate, if any.
     pub fn calibration(&self) -> Option<&Calibration> {
         self.calibration.as_ref()
@@ -335,6 +347,7 @@ impl Estimator {
             calibration: None,
             calibration_note: None,
             engine_note: None,
+            trained_elsewhere: None,
             layer_cache: true,
         }
     }

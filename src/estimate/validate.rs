@@ -191,6 +191,9 @@ pub struct Validation {
     pub speed_probe: Option<ProbeSpeed>,
     pub median_abs_latency_error_at_nominal_pct: Option<f64>,
     pub max_abs_latency_error_at_nominal_pct: Option<f64>,
+    /// What the reader should know about the figures: the estimates' notes (each once) and why the speed
+    /// probe was not compared, if so.
+    pub notes: Vec<String>,
 }
 
 impl Validation {
@@ -209,7 +212,15 @@ impl Validation {
             speed_probe: None,
             median_abs_latency_error_at_nominal_pct: None,
             max_abs_latency_error_at_nominal_pct: None,
+            notes: Vec::new(),
             networks,
+        }
+    }
+
+    /// Add `note` unless it is there already.
+    pub fn note(&mut self, note: &str) {
+        if !self.notes.iter().any(|n| n == note) {
+            self.notes.push(note.to_string());
         }
     }
 }

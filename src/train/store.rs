@@ -203,6 +203,19 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
+/// The devices under `models_dir` whose models were trained on this machine ([`ModelStore::trained_here`]),
+/// sorted; directories without a store that opens are skipped. For the hint given when a device's models come
+/// from another machine: it opens every store, so it is not for a hot path.
+pub fn devices_trained_here(models_dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(models_dir) else { return Vec::new() };
+    let mut devices: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|device| ModelStore::open(models_dir, device).is_ok_and(|store| store.trained_here()))
+        .collect();
+    devices.sort();
+    devices
+}
+
 pub fn device_dir(models_dir: &Path, device: &str) -> PathBuf {
     models_dir.join(device)
 }
@@ -338,6 +351,20 @@ impl ModelStore {
 
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
+    }
+
+    /// The machine the models were trained on (tract's instruction set and cache sizes there, as their engine
+    /// features record them) when it is not this one; `None` when they were trained here or record no machine.
+    /// Every model of a store comes from one collection on one machine, so one model that says so speaks for
+    /// all of them, the element-wise ones that record nothing included.
+    pub fn trained_elsewhere(&self) -> Option<String> {
+        self.predictors.values().filter_map(|p| p.engine_features()).find(|e| !e.applies()).map(|e| e.machine())
+    }
+
+    /// Whether the models record the machine they were trained on and it is this one.
+    pub fn trained_here(&self) -> bool {
+        let mut engines = self.predictors.values().filter_map(|p| p.engine_features()).peekable();
+        engines.peek().is_some() && engines.all(|e| e.applies())
     }
 
     /// Layer types with at least one predictor.
