@@ -73,6 +73,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     c.isolation_score.map_or("-".into(), |s| format!("{s:.2}")),
                     c.saving_ms,
                     c.flagged_by.join("+")
+                        + &match c.fused.as_slice() {
+                            [] => String::new(),
+                            fused => format!(" (prediction includes {}, which ran inside it)", fused.join(", ")),
+                        }
+                );
+            }
+            let folded = report.layers.iter().filter(|c| c.fused_into.is_some()).count();
+            if folded > 0 {
+                println!(
+                    "{folded} layer(s) measured at 0 ms ran inside a neighbour and are compared there (JSON: fused, \
+                     fused_into)"
                 );
             }
             for note in &report.notes {
