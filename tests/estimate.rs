@@ -584,6 +584,9 @@ fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
             .map(|n| root.join(n).to_string_lossy().into_owned())
             .collect();
     let mut args = vec!["calibrate", "--device", device, "--models-dir", "models", "--rounds", "1", "--warmup", "0"];
+    if trained_here.is_empty() {
+        args.push("--allow-other-machine");
+    }
     args.extend(nets.iter().map(String::as_str));
     args.extend(["--format", "json"]);
     let v = json_of(&perfmodel(dir.path(), &args));
@@ -648,7 +651,20 @@ fn calibrate_by_default_runs_the_zoo_and_its_calibration_networks_never_the_hold
     }
     // The sampled configs sit beside the architectures and are not a network.
     std::fs::write(zoo.join("configs.json"), "{\"configs\": []}").unwrap();
-    let args = ["calibrate", "--device", "local", "--models-dir", "models", "--zoo-dir", "zoo", "--memory-only"];
+    let mut args =
+        vec!["calibrate", "--device", "local", "--models-dir", "models", "--zoo-dir", "zoo", "--memory-only"];
+    // On a machine other than the one `local` was trained on, calibrating it is refused unless asked for, and
+    // nothing is written.
+    let models = dir.path().join("models");
+    if perfmodel::train::ModelStore::open(&models, "local").unwrap().trained_elsewhere().is_some() {
+        let before = std::fs::read(models.join("local/calibration.json")).unwrap();
+        let out = perfmodel(dir.path(), &args);
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("trained on another machine") && err.contains("--allow-other-machine"), "{err}");
+        assert_eq!(std::fs::read(models.join("local/calibration.json")).unwrap(), before);
+        args.push("--allow-other-machine");
+    }
     let v = json_of(&perfmodel(dir.path(), &[&args[..], &["--format", "json"]].concat()));
     let mut ran: Vec<&str> = v["networks"].as_array().unwrap().iter().map(|n| n["network"].as_str().unwrap()).collect();
     ran.sort();
@@ -752,6 +768,7 @@ fn models_that_asked_another_machines_engine_say_so() {
     assert!(notes(&other).iter().any(|n| n.contains(other_machine)), "{other}");
     // No device under the models directory was trained here: the note says how to make one.
     assert!(notes(&other).iter().any(|n| n.contains("'perfmodel collect --device NAME'")), "{other}");
+    assert!(notes(&other).iter().any(|n| n.contains("'perfmodel devices' shows which devices")), "{other}");
     // With one, the note names it instead.
     let with_mine = estimate_with(elsewhere.clone(), true);
     let hint = "models trained on this machine: 'mine' (--device mine)";
@@ -780,6 +797,18 @@ fn at_current_speed_scales_the_probe_following_layers_of_the_shipped_models() {
         args.extend(["--format", "json", "--at-current-speed"]);
         args
     };
+    // Only learned models have a speed to scale by (checked first: it holds on every machine).
+    let mut paleo = args_for("local");
+    paleo.extend(["--method", "paleo"]);
+    let out = perfmodel(dir.path(), &paleo);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--at-current-speed: needs --method learned"));
+    // A duration that is not one is a usage error, before anything runs.
+    for bad in ["0", "-1", "soon", "1e9"] {
+        let out = perfmodel(dir.path(), &["speed", &format!("--seconds={bad}")]);
+        assert_eq!(out.status.code(), Some(2), "--seconds {bad}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--seconds"), "--seconds {bad}");
+    }
     let mut checked_elsewhere = 0;
     for device in ["local", "zen5"].into_iter().filter(|d| !trained_here.iter().any(|h| h == d)) {
         let out = perfmodel(dir.path(), &args_for(device));
@@ -820,19 +849,6 @@ fn at_current_speed_scales_the_probe_following_layers_of_the_shipped_models() {
     }
     assert!(ratio.is_some(), "alexnet has convolutions");
     assert!((now["total"]["latency_ms"].as_f64().unwrap() - sum).abs() < 1e-9 * sum);
-
-    // Only learned models of a device measured here have a speed to scale by.
-    args.extend(["--method", "paleo"]);
-    let out = perfmodel(dir.path(), &args);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--at-current-speed: needs --method learned"));
-
-    // A duration that is not one is a usage error, before anything runs.
-    for bad in ["0", "-1", "soon", "1e9"] {
-        let out = perfmodel(dir.path(), &["speed", &format!("--seconds={bad}")]);
-        assert_eq!(out.status.code(), Some(2), "--seconds {bad}");
-        assert!(String::from_utf8_lossy(&out.stderr).contains("--seconds"), "--seconds {bad}");
-    }
 }
 
 #[test]

@@ -47,6 +47,10 @@ pub struct Args {
     /// calibration holds the network-level effect only, not how busy a shared machine happened to be
     #[arg(long)]
     no_speed_probe: bool,
+    /// Calibrate models that were trained on another machine (by default refused: the fit would carry this
+    /// machine's runs into a calibration applied wherever those models are used)
+    #[arg(long)]
+    allow_other_machine: bool,
     /// Fit only the peak-memory correction, from one run per network (memory does not depend on the machine's
     /// speed)
     #[arg(long, conflicts_with = "network_latency")]
@@ -118,11 +122,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let nets = nets.iter().map(Network::load).collect::<perfmodel::Result<Vec<Network>>>()?;
     eprintln!("running {} networks, {} rounds each", nets.len(), args.rounds);
     let (rounds, warmup) = if args.memory_only { (1, 0) } else { (args.rounds as usize, args.warmup) };
-    // Models of another machine: their nominal probe time is that machine's, and this fit is this machine's.
+    // Models of another machine: this machine's runs would be fitted into their calibration, and their nominal
+    // probe time is that machine's.
     if let Some(machine) = estimator.trained_elsewhere() {
+        if !args.allow_other_machine {
+            anyhow::bail!(perfmodel::Error::Invalid(format!(
+                "device '{}' has models trained on another machine ({machine}): calibrating them here would fit \
+                 this machine's runs into the calibration they are used with everywhere; calibrate on that \
+                 machine, or collect and train this one as a device of its own (--allow-other-machine to do it \
+                 anyway)",
+                args.device
+            )));
+        }
         eprintln!(
-            "note: device '{}' has models trained on another machine ({machine}); this calibration fits this \
-             machine's runs to them, and their speed probe is not compared with this machine's",
+            "note: device '{}' has models trained on another machine ({machine}); their speed probe is not \
+             compared with this machine's",
             args.device
         );
     }

@@ -37,7 +37,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             roofline(p.memory_bandwidth_gbs, "GB/s")
         );
         let models = match ModelStore::open(&models_dir, &p.name) {
-            Err(_) if !perfmodel::train::store::manifest_path(&models_dir, &p.name).exists() => {
+            Err(_)
+                if matches!(perfmodel::train::store::manifest_path(&models_dir, &p.name).try_exists(), Ok(false)) =>
+            {
                 format!("none (perfmodel collect/train --device {})", p.name)
             }
             Err(e) => format!("unusable: {e}"),

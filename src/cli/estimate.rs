@@ -34,6 +34,23 @@ impl EstimatorArgs {
         self.collectors_dir.clone().unwrap_or_else(|| default_dir("collectors"))
     }
 
+    /// When the estimator's models come from another machine: the shipped devices whose models were trained on
+    /// this one, as a note (it opens every store, so the CLI asks, not the library's `Estimator::open`).
+    pub fn trained_here_note(&self, estimator: &Estimator) -> Option<String> {
+        estimator.trained_elsewhere()?;
+        let models = self.models_dir.clone().unwrap_or_else(|| default_dir("models"));
+        let here: Vec<String> = perfmodel::train::store::devices_trained_here(&models)
+            .into_iter()
+            .map(|d| format!("'{d}' (--device {d})"))
+            .collect();
+        Some(match here.is_empty() {
+            true => "no device under the models directory was trained on this machine: 'perfmodel collect --device \
+                     NAME' and 'perfmodel train --device NAME' make one"
+                .to_string(),
+            false => format!("models trained on this machine: {}", here.join(", ")),
+        })
+    }
+
     pub fn open(&self) -> anyhow::Result<Estimator> {
         let models = self.models_dir.clone().unwrap_or_else(|| default_dir("models"));
         let data = self.data_dir.clone().unwrap_or_else(|| default_dir("data"));
@@ -121,6 +138,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let estimator = args.estimator.open()?;
     let mut estimate = estimator.estimate(&net)?;
+    estimate.notes.extend(args.estimator.trained_here_note(&estimator));
     if args.at_current_speed {
         let (now, nominal) = current_speed(&args, &estimator)?;
         estimate = estimate.at_machine_speed(

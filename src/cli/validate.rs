@@ -149,6 +149,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for note in estimates.iter().flat_map(|e| &e.notes) {
         v.note(note);
     }
+    if let Some(note) = args.estimator.trained_here_note(&estimator) {
+        v.note(&note);
+    }
     if estimator.trained_elsewhere().is_some() && !args.no_speed_probe {
         v.note(
             "the speed probe was not timed against the models' nominal speed: that is its time on the machine the \

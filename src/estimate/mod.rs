@@ -267,20 +267,11 @@ impl Estimator {
         let fingerprint = calibration::models_fingerprint(store.manifest());
         let trained_elsewhere = store.trained_elsewhere();
         let engine_note = trained_elsewhere.as_ref().map(|machine| {
-            let here: Vec<String> = crate::train::store::devices_trained_here(models_dir)
-                .into_iter()
-                .map(|d| format!("'{d}' (--device {d})"))
-                .collect();
-            let hint = match here.is_empty() {
-                true => "collect and train this machine as a device of its own ('perfmodel collect --device NAME', \
-                         'perfmodel train --device NAME')"
-                    .to_string(),
-                false => format!("models trained on this machine: {}", here.join(", ")),
-            };
             format!(
                 "device '{device}' has models trained on another machine ({machine}); this machine is {}, {}: its \
-                 cores run at another speed and tract picks other kernels or blocks by other caches, so the latency \
-                 can be far off; {hint}",
+                 cores may run at another speed and tract picks other kernels or blocks by other caches, so the \
+                 latency can be far off ('perfmodel devices' shows which devices were trained here; or collect \
+                 and train this machine as a device of its own)",
                 crate::engine::packing::host_isa(),
                 crate::engine::packing::host_caches()
             )

@@ -13,6 +13,10 @@
 //! type shares, so one forest covers the whole network. Layers that should cost nothing (free, fused) have no
 //! ratio; they are flagged when they take at least [`EXPECTED_FREE_SHARE`] of the measured time. Flagged layers are
 //! ranked by the time tuning could save, measured − predicted.
+//!
+//! An element-wise layer the engine ran inside a neighbour (measured at 0 ms) is compared there
+//! ([`fused_into`]): otherwise every ReLU that absorbed a batch norm would look like a slow kernel. The
+//! neighbour's ratio then covers both; the isolation forest still sees the neighbour's own sizes.
 
 use crate::error::{Error, Result};
 use crate::estimate::Estimate;
@@ -72,7 +76,8 @@ pub struct Comparison {
     pub layer_type: LayerType,
     pub measured_ms: f64,
     pub predicted_ms: f64,
-    /// measured / predicted; null when the layer is predicted to cost nothing.
+    /// measured / predicted (the prediction including the layers in `fused`); null when the layer is predicted
+    /// to cost nothing or ran inside another layer (`fused_into`).
     pub ratio: Option<f64>,
     pub isolation_score: Option<f64>,
     /// measured − predicted: what tuning could save at best.
@@ -111,6 +116,14 @@ pub fn find_outliers(
     if !(threshold.is_finite() && threshold > 0.0) {
         return Err(Error::Invalid(format!("the threshold must be a positive number, got {threshold}")));
     }
+    if estimate.layers.len() != net.layers.len() {
+        return Err(Error::Invalid(format!(
+            "the estimate has {} layers, network '{}' has {}: it is not this network's estimate",
+            estimate.layers.len(),
+            net.name,
+            net.layers.len()
+        )));
+    }
     let analysis = net.analyze()?;
     let index: HashMap<&str, usize> = net.layers.iter().enumerate().map(|(i, l)| (l.name.as_str(), i)).collect();
     let mut measured_of: Vec<Option<f64>> = vec![None; net.layers.len()];
@@ -125,9 +138,10 @@ pub fn find_outliers(
     let predicted_of: Vec<Option<f64>> = estimate.layers.iter().map(|l| l.latency_ms).collect();
     // Only a layer predicted to take time has time to credit.
     let mut into = fused_into(&analysis, &measured_of, &layer_types);
-    for (target, predicted) in into.iter_mut().zip(&predicted_of) {
-        if !predicted.is_some_and(|ms| ms > 0.0) {
-            *target = None;
+    for (i, predicted) in predicted_of.iter().enumerate() {
+        // A target without a prediction is not compared at all: its folded layers stay themselves.
+        if !predicted.is_some_and(|ms| ms > 0.0) || into[i].is_some_and(|t| predicted_of[t].is_none()) {
+            into[i] = None;
         }
     }
     let mut credited = vec![0.0; net.layers.len()];
@@ -236,8 +250,8 @@ pub fn find_outliers(
 /// predicted (on ResNet101 v2, 26 of 30 layers flagged were such ReLUs). So a layer measured at 0 ms is credited
 /// forward, through readers that were also measured at 0, to the element-wise layer that was measured, when
 /// each has a single reader; else backward to a producer whose only reader it is and that was measured (or
-/// was itself credited). `None` for every other layer and where neither fits (the layer is then compared
-/// alone).
+/// was itself credited); of two such producers (an add of two products), the first input. Only element-wise
+/// layers are credited. `None` for every other layer and where neither fits (the layer is then compared alone).
 fn fused_into(
     analysis: &crate::network::Analysis,
     measured: &[Option<f64>],
@@ -268,7 +282,8 @@ fn fused_into(
         };
     }
     let mut into: Vec<Option<usize>> = vec![None; n];
-    for i in (0..n).filter(|&i| folded(i)) {
+    // Only element-wise layers: a 0-ms concat tract never built (SqueezeNet) did no work anywhere.
+    for i in (0..n).filter(|&i| folded(i) && elementwise(i)) {
         let backward = || {
             analysis.sources[i].iter().find_map(|s| match s {
                 Source::Layer(p) if readers[*p].len() == 1 => match ran(*p) {
