@@ -146,8 +146,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(nominal) = nominal.filter(|_| !readings.is_empty()) {
         v = v.with_speed_probe(nominal, &readings, &estimates, &measured);
     }
+    // A note every network shares once; one that only some networks have, with their names.
     for note in estimates.iter().flat_map(|e| &e.notes) {
-        v.note(note);
+        let with: Vec<&str> = estimates.iter().filter(|e| e.notes.contains(note)).map(|e| e.network.as_str()).collect();
+        match with.len() == estimates.len() {
+            true => v.note(note),
+            false => v.note(&format!("{}: {note}", with.join(", "))),
+        }
     }
     if let Some(note) = args.estimator.trained_here_note(&estimator) {
         v.note(&note);

@@ -427,6 +427,22 @@ mod tests {
         assert!((row("c1").ratio.unwrap() - 1.0).abs() < 1e-9 && (row("rq").ratio.unwrap() - 1.0).abs() < 1e-9);
         assert!((row("rp").ratio.unwrap() - 3.0).abs() < 1e-9);
         assert_eq!(report.outliers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), vec!["rp"]);
+        // A concat at 0 ms (tract never built it) did no work anywhere: it stays itself and credits no one.
+        let text = r#"{"name": "cat", "input_shape": [8, 16, 16], "layers": [
+          {"name": "c0", "type": "conv2d", "filters": 8, "kernel": [1, 1]},
+          {"name": "c1", "type": "conv2d", "filters": 8, "kernel": [1, 1], "inputs": ["input"]},
+          {"name": "cat", "type": "concat", "axis": 0, "inputs": ["c0", "c1"]},
+          {"name": "sq", "type": "conv2d", "filters": 4, "kernel": [1, 1]}]}"#;
+        let cat_net = Network::from_json_str(text, "cat.json").unwrap();
+        let cat_estimate = e.estimate(&cat_net).unwrap();
+        assert!(cat_estimate.layers[2].latency_ms.unwrap() > 0.0, "the baseline prices the concat");
+        let mut m = measured(&cat_estimate, |_| 1.0);
+        m.iter_mut().filter(|l| l.name == "cat").for_each(|l| l.latency_ms = 0.0);
+        let report = find_outliers(&cat_net, &cat_estimate, &m, 2.0).unwrap();
+        assert!(report.layers.iter().all(|c| c.fused.is_empty() && c.fused_into.is_none()), "{:?}", report.layers);
+        // The estimate of another network is an error, not a panic.
+        let err = find_outliers(&cat_net, &estimate, &m, 2.0).unwrap_err().to_string();
+        assert!(err.contains("not this network's estimate"), "{err}");
         // Measured as predicted (no layer at 0 ms that was predicted to take time), nothing is credited.
         let plain = measured(&estimate, |_| 1.0);
         let report = find_outliers(&net, &estimate, &plain, 2.0).unwrap();
