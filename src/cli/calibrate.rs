@@ -140,11 +140,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.device
         );
     }
-    let nominal = match estimator.trained_elsewhere() {
-        _ if args.memory_only || args.no_speed_probe => None,
-        Some(_) => None,
-        None => nominal_probe_ms(Some(store)),
-    };
+    let nominal = if args.memory_only || args.no_speed_probe { None } else { nominal_probe_ms(&estimator) };
     let plan = RoundPlan { rounds, max_rounds: rounds, block: usize::try_from(args.block).unwrap_or(usize::MAX) };
     let (profiles, readings) = bench_with_speed_probe(&nets, &profile, nominal, plan, warmup)?;
     let estimates = nets.iter().map(|n| estimator.estimate(n)).collect::<perfmodel::Result<Vec<_>>>()?;

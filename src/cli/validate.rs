@@ -103,9 +103,14 @@ pub(super) fn bench_with_speed_probe(
     Ok((measured, observer.readings))
 }
 
-/// The nominal probe time the store's latency models were trained at, with a note when there is none.
-pub(super) fn nominal_probe_ms(store: Option<&perfmodel::train::store::ModelStore>) -> Option<f64> {
-    match store?.manifest().nominal_probe_ms() {
+/// The nominal probe time the estimator's latency models were trained at, with a note when there is none;
+/// `None` too for models trained on another machine, whose nominal time is that machine's probe time.
+pub(super) fn nominal_probe_ms(estimator: &perfmodel::estimate::Estimator) -> Option<f64> {
+    let perfmodel::estimate::Method::Learned(store) = estimator.method() else { return None };
+    if estimator.trained_elsewhere().is_some() {
+        return None;
+    }
+    match store.manifest().nominal_probe_ms() {
         Ok(nominal) => Some(nominal),
         Err(why) => {
             eprintln!("note: the models {why}; errors at nominal speed not reported");
@@ -121,16 +126,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let estimator = args.estimator.open()?;
     let nets = args.nets.iter().map(Network::load).collect::<perfmodel::Result<Vec<Network>>>()?;
     let estimates = nets.iter().map(|n| estimator.estimate(n)).collect::<perfmodel::Result<Vec<_>>>()?;
-    let store = match estimator.method() {
-        perfmodel::estimate::Method::Learned(store) => Some(store),
-        _ => None,
-    };
-    let nominal = match estimator.trained_elsewhere() {
-        _ if args.no_speed_probe => None,
-        // The nominal time is the probe's on another machine: comparing this one's with it says nothing.
-        Some(_) => None,
-        None => nominal_probe_ms(store),
-    };
+    let nominal = if args.no_speed_probe { None } else { nominal_probe_ms(&estimator) };
     let block = usize::try_from(args.block).unwrap_or(usize::MAX);
     let rounds = usize::try_from(args.rounds).unwrap_or(usize::MAX);
     let max_rounds = args.max_rounds.map_or(rounds.saturating_mul(3), |m| usize::try_from(m).unwrap_or(usize::MAX));

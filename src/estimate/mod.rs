@@ -251,8 +251,6 @@ pub struct Estimator {
     calibration: Option<Calibration>,
     /// Why a calibration on disk is not applied.
     calibration_note: Option<String>,
-    /// Why the models do not describe this machine: they were trained on another one.
-    engine_note: Option<String>,
     /// The machine the learned models were trained on, when it is not this one ([`ModelStore::trained_elsewhere`]).
     trained_elsewhere: Option<String>,
     /// Whether learned per-layer predictions are remembered per thread ([`Estimator::with_layer_cache`]).
@@ -266,18 +264,7 @@ impl Estimator {
         let store = ModelStore::open(models_dir, device)?;
         let fingerprint = calibration::models_fingerprint(store.manifest());
         let trained_elsewhere = store.trained_elsewhere();
-        let engine_note = trained_elsewhere.as_ref().map(|machine| {
-            format!(
-                "device '{device}' has models trained on another machine ({machine}); this machine is {}, {}: its \
-                 cores may run at another speed and tract picks other kernels or blocks by other caches, so the \
-                 latency can be far off ('perfmodel devices' shows which devices were trained here; or collect \
-                 and train this machine as a device of its own)",
-                crate::engine::packing::host_isa(),
-                crate::engine::packing::host_caches()
-            )
-        });
         let mut estimator = Estimator::new(device, Method::Learned(store));
-        estimator.engine_note = engine_note;
         estimator.trained_elsewhere = trained_elsewhere;
         let calibration = match Calibration::read(models_dir, device)? {
             Some(calibration::Stored::Outdated { format }) => {
@@ -337,7 +324,6 @@ impl Estimator {
             memory_bandwidth_gbs,
             calibration: None,
             calibration_note: None,
-            engine_note: None,
             trained_elsewhere: None,
             layer_cache: true,
         }
@@ -642,8 +628,16 @@ impl Estimator {
         if let Some(note) = &self.calibration_note {
             notes.push(note.clone());
         }
-        if let Some(note) = &self.engine_note {
-            notes.push(note.clone());
+        if let Some(machine) = &self.trained_elsewhere {
+            notes.push(format!(
+                "device '{}' has models trained on another machine ({machine}); this machine is {}, {}: its cores \
+                 may run at another speed and tract picks other kernels or blocks by other caches, so the latency \
+                 can be far off ('perfmodel devices' shows which devices were trained here; or collect and train \
+                 this machine as a device of its own)",
+                self.device,
+                crate::engine::packing::host_isa(),
+                crate::engine::packing::host_caches()
+            ));
         }
         if !self.has_memory {
             notes.push(format!(

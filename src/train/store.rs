@@ -363,8 +363,7 @@ impl ModelStore {
 
     /// Whether the models record the machine they were trained on and it is this one.
     pub fn trained_here(&self) -> bool {
-        let mut engines = self.predictors.values().filter_map(|p| p.engine_features()).peekable();
-        engines.peek().is_some() && engines.all(|e| e.applies())
+        self.predictors.values().any(|p| p.engine_features().is_some()) && self.trained_elsewhere().is_none()
     }
 
     /// Layer types with at least one predictor.
