@@ -66,6 +66,13 @@ pub struct AugmentBudget {
     /// Found spatial convolutions made the first layer of a small-image network: 1 or 3 input channels
     /// (grey-scale or colour) on a 16-96 pixel image, with new filters.
     pub first_layer: usize,
+    /// Found convolutions on a small image (at most 28 pixels high) with heavy weights: 12-96 MiB of f32, on both
+    /// sides of the last-level cache.
+    pub heavy: usize,
+    /// Found convolutions, poolings, activations and batch norms on a larger image (1.4-3x as high and wide,
+    /// at most 640 pixels): detection and segmentation networks run at 300-800 pixels, the zoo at 224-331. An
+    /// equal share per layer type.
+    pub resolution: usize,
 }
 
 impl Default for AugmentBudget {
@@ -80,6 +87,8 @@ impl Default for AugmentBudget {
             wide: 50,
             grouped_channels: 400,
             first_layer: 100,
+            heavy: 60,
+            resolution: 240,
         }
     }
 }
@@ -140,6 +149,23 @@ const PER_GROUP_FILTERS: (f64, f64) = (4.0, 256.0);
 const FIRST_LAYER_CHANNELS: [usize; 2] = [1, 3];
 const FIRST_LAYER_SIZES: [usize; 6] = [16, 24, 32, 48, 64, 96];
 const FIRST_LAYER_FILTERS: (f64, f64) = (8.0, 128.0);
+/// Range of the f32 weight size of heavy variants (log-uniform, MiB), of their input channels (log-uniform,
+/// multiples of 32), and of the filter counts that size and those channels may give.
+const HEAVY_WEIGHT_MIB: (f64, f64) = (12.0, 96.0);
+const HEAVY_CHANNELS: (f64, f64) = (256.0, 2_048.0);
+const HEAVY_FILTERS: (usize, usize) = (64, 4_096);
+/// Range of the image scale of resolution variants (log-uniform), and the largest image height or width.
+const RESOLUTION_SCALE: (f64, f64) = (1.4, 3.0);
+const RESOLUTION_MAX_SIZE: usize = 640;
+/// The layer types resolution variants are drawn from: the ones whose cost grows with the image.
+const RESOLUTION_TYPES: [LayerType; 6] = [
+    LayerType::Conv2d,
+    LayerType::DepthwiseConv2d,
+    LayerType::MaxPool2d,
+    LayerType::AvgPool2d,
+    LayerType::Activation,
+    LayerType::BatchNorm,
+];
 
 /// The networks sampling reads: every `*.json` directly in `zoo_dir` (not its `holdout/` subdirectory), sorted
 /// by file name. Config sets written by the sampler into the same directory are skipped.
@@ -488,6 +514,67 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
         }
         added += pool.augmented(config, "first_layer") as usize;
     }
+
+    // Heavy variants, drawn after the first-layer ones for the same reason: the wide variants rarely draw both
+    // channel counts high enough for weights beyond 16 MiB, and the zoo has none, while detection backbones
+    // run 3x3 convolutions of 512-1024 channels (18-36 MiB). Around the last-level cache tract's cost per FLOP
+    // falls off a cliff: on the Zen 5 host a 3x3 convolution on 13x13 ran at 172 GFLOP/s with 448 -> 1024
+    // channels (15.8 MiB) and at 110 with 512 -> 1024 (18 MiB), where a model trained without such samples
+    // predicted 8.2 ms for the latter against 14.5 measured (2026-11-23).
+    order.shuffle(rng);
+    let mut added = 0;
+    for &i in order.iter().cycle().take(3 * order.len()) {
+        if added == budget.heavy {
+            break;
+        }
+        let (c, inputs) = &convs[i];
+        let Some([_, h, w]) = inputs.first().and_then(|s| <[usize; 3]>::try_from(s.as_slice()).ok()) else { continue };
+        if h > WIDE_MAX_HEIGHT {
+            continue;
+        }
+        let weight_bytes = log_uniform(rng, HEAVY_WEIGHT_MIB) * 1024.0 * 1024.0;
+        let channels = log_uniform_multiple(rng, HEAVY_CHANNELS, 32);
+        let per_filter = (channels * c.kernel[0] * c.kernel[1] * 4) as f64;
+        let filters = ((weight_bytes / per_filter / 32.0).round() as usize) * 32;
+        if !(HEAVY_FILTERS.0..=HEAVY_FILTERS.1).contains(&filters) {
+            continue;
+        }
+        let mut heavy = c.clone();
+        heavy.filters = filters;
+        let config = LayerConfig::new(Op::Conv2d(heavy), vec![vec![channels, h, w]], 1);
+        if config.cost().is_err() {
+            continue;
+        }
+        added += pool.augmented(config, "heavy") as usize;
+    }
+
+    // Resolution variants, drawn last: every found network runs at 224-331 pixels, so a model has never seen a
+    // 16-channel map of 416x416. Memory-bound layers there are not a scaled-up version of the found ones (a
+    // 2x2 max pooling of 16x416x416 was predicted at 1.25x its measured time, 2026-11-23).
+    // An equal share per type, so the few found poolings get as many variants as the many convolutions.
+    let share = budget.resolution / RESOLUTION_TYPES.len();
+    for t in RESOLUTION_TYPES {
+        let mut bases: Vec<LayerConfig> = pool.found_of(t);
+        bases.retain(|c| c.input_shapes.len() == 1 && c.input_shapes[0].len() == 3);
+        bases.shuffle(rng);
+        let mut added = 0;
+        for base in bases.iter().cycle().take(4 * bases.len()) {
+            if added == share {
+                break;
+            }
+            let [c, h, w] = <[usize; 3]>::try_from(base.input_shapes[0].as_slice()).expect("retained 3-d inputs");
+            let scale = log_uniform(rng, RESOLUTION_SCALE);
+            let (h, w) = ((h as f64 * scale).round() as usize, (w as f64 * scale).round() as usize);
+            if h.max(w) > RESOLUTION_MAX_SIZE {
+                continue;
+            }
+            let config = LayerConfig::new(base.op.clone(), vec![vec![c, h, w]], 1);
+            if config.cost().is_err() {
+                continue;
+            }
+            added += pool.augmented(config, "resolution") as usize;
+        }
+    }
 }
 
 impl ConfigSet {
@@ -591,12 +678,22 @@ mod tests {
             wide: 0,
             grouped_channels: 0,
             first_layer: 0,
+            heavy: 0,
+            resolution: 0,
             ..AugmentBudget::default()
         };
         let (without, _) = sample(&nets, &SampleOptions { budget, ..opts.clone() }).unwrap();
         let later = |c: &&SampledConfig| {
-            !["augment:grouped", "augment:channels", "augment:wide", "augment:grouped_channels", "augment:first_layer"]
-                .contains(&c.source.as_str())
+            ![
+                "augment:grouped",
+                "augment:channels",
+                "augment:wide",
+                "augment:grouped_channels",
+                "augment:first_layer",
+                "augment:heavy",
+                "augment:resolution",
+            ]
+            .contains(&c.source.as_str())
         };
         let rest: Vec<&SampledConfig> = a.configs.iter().filter(later).collect();
         assert_eq!(without.configs.iter().collect::<Vec<_>>(), rest);
@@ -609,7 +706,7 @@ mod tests {
             assert_eq!(c.config.input_shapes[0][0] % 8, 0);
         }
         // Each later kind is drawn after the earlier ones: dropping it (and the kinds after it) leaves the rest.
-        let later_kinds = ["channels", "wide", "grouped_channels", "first_layer"];
+        let later_kinds = ["channels", "wide", "grouped_channels", "first_layer", "heavy", "resolution"];
         for (k, kind) in later_kinds.iter().enumerate() {
             let mut budget = AugmentBudget::default();
             for dropped in &later_kinds[k..] {
@@ -617,7 +714,9 @@ mod tests {
                     "channels" => budget.channels = 0,
                     "wide" => budget.wide = 0,
                     "grouped_channels" => budget.grouped_channels = 0,
-                    _ => budget.first_layer = 0,
+                    "first_layer" => budget.first_layer = 0,
+                    "heavy" => budget.heavy = 0,
+                    _ => budget.resolution = 0,
                 }
             }
             let (without, _) = sample(&nets, &SampleOptions { budget, ..opts.clone() }).unwrap();
@@ -655,6 +754,35 @@ mod tests {
             assert!(op.kernel[0] * op.kernel[1] > 1 && [1, 3].contains(&input[0]), "{c:?}");
             assert!(FIRST_LAYER_SIZES.contains(&input[1]) && input[1] == input[2], "{c:?}");
             assert!((8..=128).contains(&op.filters) && c.config.cost().is_ok(), "{c:?}");
+        }
+        // Heavy variants: a convolution on at most 28 pixels with 12-96 MiB of f32 weights (filters rounded to
+        // 32, so a little beyond either end).
+        let heavy: Vec<&SampledConfig> = a.configs.iter().filter(|c| c.source == "augment:heavy").collect();
+        assert!(!heavy.is_empty());
+        for c in &heavy {
+            let Op::Conv2d(_) = &c.config.op else { panic!("{c:?}") };
+            let cost = c.config.cost().unwrap();
+            let mib = (cost.weight_elems * 4) as f64 / (1024.0 * 1024.0);
+            assert!((11.0..=100.0).contains(&mib) && c.config.input_shapes[0][1] <= 28, "{mib} MiB: {c:?}");
+        }
+        // Resolution variants: a found layer of a type whose cost grows with the image, on a larger image (the
+        // same channels) of at most 640 pixels.
+        let found: Vec<&SampledConfig> = a.configs.iter().filter(|c| c.count > 0).collect();
+        let resolution: Vec<&SampledConfig> = a.configs.iter().filter(|c| c.source == "augment:resolution").collect();
+        assert!(!resolution.is_empty());
+        for c in &resolution {
+            assert!(RESOLUTION_TYPES.contains(&c.config.layer_type()), "{c:?}");
+            let [ch, h, w] = <[usize; 3]>::try_from(c.config.input_shapes[0].as_slice()).unwrap();
+            assert!(h.max(w) <= 640 && c.config.cost().is_ok(), "{c:?}");
+            let base = found.iter().find(|f| {
+                let fs = &f.config.input_shapes[0];
+                f.config.op == c.config.op
+                    && fs[0] == ch
+                    && fs.len() == 3
+                    && fs[1] * 13 <= h * 10
+                    && fs[2] * 13 <= w * 10
+            });
+            assert!(base.is_some(), "no found layer at 1/1.4 of its size or less: {c:?}");
         }
     }
 }

@@ -462,6 +462,7 @@ fn a_calibration_fitted_for_these_models_is_applied_and_a_stale_one_is_not() {
         measured_peak_memory_mib: mib + 2.0 + 0.25 * layers as f64 + 0.5 * (layers / 2) as f64,
         predicted_peak_memory_mib: mib,
         dense_layers: vec![],
+        residual_adds: vec![],
         weight_mib: 100.0,
     };
     let hash = models_fingerprint(ModelStore::open(&models, "dev").unwrap().manifest());
@@ -731,6 +732,159 @@ fn a_concat_only_one_by_one_convolutions_read_is_never_built_with_the_shipped_tr
     ));
     let cat = paleo["layers"].as_array().unwrap().iter().find(|l| l["name"] == "cat").unwrap();
     assert_ne!(cat["predictor"], "fused:squeeze", "{paleo}");
+}
+
+#[test]
+fn a_residual_add_runs_inside_a_convolution_where_tract_puts_it_with_the_shipped_tract_models() {
+    // ResNet v1 blocks of 1x1 convolutions. a_: a projection block (a convolution and its batch norm on each side
+    // of the add, then a ReLU): tract takes the add and the ReLU into the product of the one computed first. b_
+    // and d_: identity blocks (the other side is the previous block's output) with a ReLU after the add, which
+    // tract runs as one element-wise chain. c_: an identity block without that ReLU (as in ResNet v2): the add
+    // joins the product of its convolution. e_: the other side is a max pooling, whose output is no product's.
+    let proj = |p: &str, src: &str, groups: usize| {
+        format!(
+            r#"{{"name": "{p}c0", "type": "conv2d", "filters": 256, "kernel": [1,1], "groups": {groups}, "inputs": ["{src}"]}},
+              {{"name": "{p}bn0", "type": "batch_norm"}},
+              {{"name": "{p}c1", "type": "conv2d", "filters": 64, "kernel": [1,1], "activation": "relu", "inputs": ["{src}"]}},
+              {{"name": "{p}c3", "type": "conv2d", "filters": 256, "kernel": [1,1], "groups": {groups}}},
+              {{"name": "{p}bn3", "type": "batch_norm"}},
+              {{"name": "{p}add", "type": "add", "inputs": ["{p}bn0", "{p}bn3"]}},
+              {{"name": "{p}out", "type": "activation", "function": "relu"}}"#
+        )
+    };
+    let ident = |p: &str, src: &str, relu: bool| {
+        let out = if relu {
+            format!(r#", {{"name": "{p}out", "type": "activation", "function": "relu"}}"#)
+        } else {
+            String::new()
+        };
+        format!(
+            r#"{{"name": "{p}c1", "type": "conv2d", "filters": 64, "kernel": [1,1], "activation": "relu", "inputs": ["{src}"]}},
+              {{"name": "{p}c3", "type": "conv2d", "filters": 256, "kernel": [1,1]}},
+              {{"name": "{p}bn3", "type": "batch_norm"}},
+              {{"name": "{p}add", "type": "add", "inputs": ["{src}", "{p}bn3"]}}{out}"#
+        )
+    };
+    let pooled = r#"{"name": "e_pool", "type": "max_pool2d", "pool_size": [3,3], "strides": [1,1], "padding": "same", "inputs": ["d_out"]},
+              {"name": "e_c3", "type": "conv2d", "filters": 256, "kernel": [1,1], "inputs": ["d_out"]},
+              {"name": "e_bn3", "type": "batch_norm"},
+              {"name": "e_add", "type": "add", "inputs": ["e_pool", "e_bn3"]},
+              {"name": "e_c", "type": "conv2d", "filters": 64, "kernel": [1,1]}"#;
+    let net = |groups: usize| {
+        format!(
+            r#"{{"name": "res", "batch_size": 1, "input_shape": [64, 28, 28], "layers": [{}, {}, {}, {}, {}]}}"#,
+            proj("a_", "input", groups),
+            ident("b_", "a_out", true),
+            ident("c_", "b_out", false),
+            ident("d_", "c_add", true),
+            pooled
+        )
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("res.json"), net(1)).unwrap();
+    std::fs::write(dir.path().join("grouped.json"), net(2)).unwrap();
+    let models = root.join("models").to_string_lossy().into_owned();
+    let estimate = |net: &str| {
+        let args =
+            ["estimate", net, "--device", "local", "--models-dir", &models, "--uncalibrated", "--format", "json"];
+        json_of(&perfmodel(dir.path(), &args))
+    };
+    let layer =
+        |v: &Value, name: &str| v["layers"].as_array().unwrap().iter().find(|l| l["name"] == name).unwrap().clone();
+    let predictor = |v: &Value, name: &str| layer(v, name)["predictor"].as_str().unwrap().to_string();
+    let ms = |v: &Value, name: &str| layer(v, name)["latency_ms"].as_f64().unwrap();
+    let (res, grouped) = (estimate("res.json"), estimate("grouped.json"));
+    assert_eq!(
+        (predictor(&res, "a_add"), predictor(&res, "c_add")),
+        ("fused:a_c0".into(), "fused:c_c3".into()),
+        "{res}"
+    );
+    assert!(predictor(&res, "a_c0").ends_with("+add:a_add") && predictor(&res, "c_c3").ends_with("+add:c_add"));
+    for add in ["b_add", "d_add", "e_add"] {
+        assert!(!predictor(&res, add).starts_with("fused") && ms(&res, add) > 0.0, "{add}: {res}");
+    }
+    assert_eq!(ms(&res, "a_add"), 0.0);
+    // The add's prediction moves into a_c0, whose product is otherwise a_c3's (the same convolution); b_add has
+    // the same two inputs.
+    assert!((ms(&res, "a_c0") - ms(&res, "a_c3") - ms(&res, "b_add")).abs() < 1e-9, "{res}");
+    // A grouped convolution is not one product.
+    assert!(!predictor(&grouped, "a_add").starts_with("fused"), "{grouped}");
+    // As tract runs it: no node of the fused adds' own, and a_add's ReLU is in a_c0's product too; b_add runs
+    // in b_out's element-wise chain, e_add in a node of its own.
+    let bench = ["bench", "res.json", "--rounds", "1", "--warmup", "0", "--memory-trace", "trace.csv"];
+    assert!(perfmodel(dir.path(), &bench).status.success());
+    let trace = std::fs::read_to_string(dir.path().join("trace.csv")).unwrap();
+    let nodes = |layer: &str| -> Vec<(String, String)> {
+        trace
+            .lines()
+            .map(|l| l.split(',').map(str::to_string).collect::<Vec<_>>())
+            .filter(|c| c[2] == layer)
+            .map(|c| (c[0].clone(), c[1].clone()))
+            .collect()
+    };
+    assert!(nodes("a_add").is_empty() && nodes("a_out").is_empty() && nodes("c_add").is_empty(), "{trace}");
+    assert!(nodes("a_c0").iter().any(|(name, op)| name.starts_with("a_out") && op == "OptMatMul"), "{trace}");
+    assert!(nodes("c_c3").iter().any(|(name, op)| name.starts_with("c_add") && op == "OptMatMul"), "{trace}");
+    assert!(nodes("b_out").iter().any(|(_, op)| op.contains("BinChain")), "{trace}");
+    assert!(!nodes("e_add").is_empty(), "{trace}");
+}
+
+#[test]
+fn only_an_ungrouped_product_takes_in_the_batch_norm_and_activation_after_it_with_the_shipped_tract_models() {
+    // tract folds a batch norm and an activation into one matrix product's output; a depthwise or grouped
+    // convolution is not one product, and there they run as nodes of their own.
+    let net = r#"{"name": "mobile", "batch_size": 1, "input_shape": [32, 28, 28], "layers": [
+      {"name": "dw", "type": "depthwise_conv2d", "kernel": [3,3], "padding": "same", "use_bias": false},
+      {"name": "dw_bn", "type": "batch_norm"},
+      {"name": "dw_relu", "type": "activation", "function": "relu6"},
+      {"name": "pw", "type": "conv2d", "filters": 64, "kernel": [1,1], "use_bias": false},
+      {"name": "pw_bn", "type": "batch_norm"},
+      {"name": "pw_relu", "type": "activation", "function": "relu6"},
+      {"name": "g", "type": "conv2d", "filters": 64, "kernel": [1,1], "groups": 4, "use_bias": false},
+      {"name": "g_bn", "type": "batch_norm"},
+      {"name": "g_relu", "type": "activation", "function": "relu"}]}"#;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("mobile.json"), net).unwrap();
+    let models = root.join("models").to_string_lossy().into_owned();
+    let estimate = |method: &str| {
+        let args = [
+            "estimate",
+            "mobile.json",
+            "--device",
+            "local",
+            "--models-dir",
+            &models,
+            "--method",
+            method,
+            "--format",
+            "json",
+        ];
+        json_of(&perfmodel(dir.path(), &args))
+    };
+    let predictor = |v: &Value, name: &str| {
+        v["layers"].as_array().unwrap().iter().find(|l| l["name"] == name).unwrap()["predictor"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let learned = estimate("learned");
+    assert_eq!((predictor(&learned, "pw_bn"), predictor(&learned, "pw_relu")), ("fused:pw".into(), "fused:pw".into()));
+    for name in ["dw_bn", "dw_relu", "g_bn", "g_relu"] {
+        assert!(!predictor(&learned, name).starts_with("fused"), "{name}: {learned}");
+    }
+    // The paleo baseline models no engine: every kernel takes in what follows it.
+    let paleo = estimate("paleo");
+    assert_eq!(predictor(&paleo, "dw_relu"), "fused:dw");
+    assert_eq!(predictor(&paleo, "g_relu"), "fused:g");
+    // As tract runs it: the depthwise and grouped convolutions' batch norms and activations have nodes.
+    let bench = ["bench", "mobile.json", "--rounds", "1", "--warmup", "0", "--memory-trace", "trace.csv"];
+    assert!(perfmodel(dir.path(), &bench).status.success());
+    let trace = std::fs::read_to_string(dir.path().join("trace.csv")).unwrap();
+    let has_node = |layer: &str| trace.lines().any(|l| l.split(',').nth(2) == Some(layer));
+    assert!(has_node("dw_relu") && has_node("g_relu"), "{trace}");
+    assert!(!has_node("pw_bn") && !has_node("pw_relu"), "{trace}");
 }
 
 #[test]

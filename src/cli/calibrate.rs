@@ -7,7 +7,8 @@ use anyhow::Context;
 use perfmodel::collect::profile::DeviceProfile;
 use perfmodel::engine::RoundPlan;
 use perfmodel::estimate::calibration::{
-    models_fingerprint, read_core_cache_mib, Calibration, CalibrationPoint, DenseLayerPoint, MIN_NETWORKS,
+    models_fingerprint, read_core_cache_mib, Calibration, CalibrationPoint, DenseLayerPoint, ResidualAddPoint,
+    MIN_NETWORKS,
 };
 use perfmodel::estimate::memory::{BYTES_PER_ELEMENT, MIB};
 use perfmodel::estimate::validate::{NetworkError, Validation};
@@ -183,8 +184,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             })
             .collect();
         let weight_mib = costs.iter().map(|c| c.weight_elems * BYTES_PER_ELEMENT).sum::<u64>() as f64 / MIB;
+        // Convolutions that compute a residual add: their node's time and the add's (0 when tract fused it).
+        let residual_adds = residual_add_points(net, estimate, measured, &costs, to_nominal)?;
         points.push(CalibrationPoint {
             dense_layers,
+            residual_adds,
             weight_mib,
             network: net.name.clone(),
             executing_layers: estimate.executing_layers(),
@@ -218,6 +222,47 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Format::Table => print_table(&calibration, &path),
     }
     Ok(())
+}
+
+/// The residual-add points of one network ([`ResidualAddPoint`]): each convolution the estimate credits with a
+/// fused add (predictor `...+add:<name>`), predicted with the add, measured as its node and the add's together.
+fn residual_add_points(
+    net: &Network,
+    estimate: &perfmodel::estimate::Estimate,
+    measured: &perfmodel::engine::NetworkProfile,
+    costs: &[perfmodel::layer::LayerCost],
+    to_nominal: f64,
+) -> anyhow::Result<Vec<ResidualAddPoint>> {
+    let analysis = net.analyze()?;
+    let mut consumers = vec![0u32; net.layers.len()];
+    for sources in &analysis.sources {
+        for s in sources {
+            if let perfmodel::network::Source::Layer(j) = s {
+                consumers[*j] += 1;
+            }
+        }
+    }
+    let mut points = Vec::new();
+    for (add, conv) in perfmodel::estimate::residual_adds_fused(net, &analysis, &consumers).into_iter().enumerate() {
+        let Some(conv) = conv else { continue };
+        let (e, m) = (&estimate.layers[conv], &measured.layers);
+        if !e.predictor.contains("+add:") {
+            continue;
+        }
+        let (Some(predicted_ms), Some(conv_ms), Some(add_ms)) =
+            (e.latency_ms, m.get(conv).map(|l| l.latency_ms), m.get(add).map(|l| l.latency_ms))
+        else {
+            continue;
+        };
+        points.push(ResidualAddPoint {
+            layer: e.name.clone(),
+            add: net.layers[add].name.clone(),
+            add_mib: (costs[add].output_elems * BYTES_PER_ELEMENT) as f64 / MIB,
+            predicted_ms,
+            measured_ms: (conv_ms + add_ms) * to_nominal,
+        });
+    }
+    Ok(points)
 }
 
 fn print_table(c: &Calibration, path: &Path) {
@@ -276,13 +321,26 @@ fn print_table(c: &Calibration, path: &Path) {
             median(dense.iter().map(|&(d, network_mib)| error(d, term(d, network_mib))).collect())
         );
     }
+    let residual: Vec<&ResidualAddPoint> = c.networks.iter().flat_map(|n| &n.residual_adds).collect();
+    if !c.memory_only && !residual.is_empty() {
+        let error = |r: &ResidualAddPoint, extra: f64| pct(r.predicted_ms + extra, r.measured_ms).abs();
+        println!(
+            "convolutions computing a residual add: {} measured; median |error| {:.1}% raw, {:.1}% with the \
+             residual-add term",
+            residual.len(),
+            median(residual.iter().map(|r| error(r, 0.0)).collect()),
+            median(residual.iter().map(|r| error(r, k.residual_add_ms_per_mib * r.add_mib)).collect())
+        );
+    }
     println!(
-        "correction: dense layers {:+.4} ms per MiB of weights above {:.2} MiB, up to {:.1} MiB{}; layer latency x \
-         {:.4} {:+.4} ms; peak memory {:+.3} MiB {:+.4} MiB per executing layer {:+.4} MiB per weighted one",
+        "correction: dense layers {:+.4} ms per MiB of weights above {:.2} MiB, up to {:.1} MiB{}; convolutions \
+         computing a residual add {:+.4} ms per MiB of its output; layer latency x {:.4} {:+.4} ms; peak memory \
+         {:+.3} MiB {:+.4} MiB per executing layer {:+.4} MiB per weighted one",
         k.dense_weight_ms_per_mib,
         k.dense_weight_floor_mib,
         k.dense_weight_limit_mib,
         k.dense_gate_clause(),
+        k.residual_add_ms_per_mib,
         k.latency_scale,
         k.latency_per_layer_ms,
         k.memory_fixed_mib,

@@ -27,6 +27,14 @@
 //!   1.1-2.0x behind convolutions (two calibrations, 2026-11-23), while the 1-2 MiB layers (within L2) of
 //!   mnist_mlp, tabular_mlp and Ciresan's MLP took 2.1-3.3x theirs. The network size is
 //!   fitted ([`fit_dense_gate`]) when enough layers support it;
+//! - residual adds tract computes inside a convolution's matrix product ([`super::residual_adds_fused`]):
+//!   `+ residual_add_ms_per_mib · A` on that convolution, for an add output of `A` MiB. Looped alone, the
+//!   convolution never has such an add; in a network the product reads the other input while it stores, and
+//!   that input, made long before, comes from far away. On the Zen 5 host (2026-11-23) those convolutions of
+//!   ResNet-50/101 v1 and v2 and Inception-ResNet v2 took 0.2-0.6 ms per MiB of add output beyond their predicted
+//!   time and the add's, 28-69% over the prediction in all, where their other 1×1 convolutions did not (-18% to
+//!   +3%). Fitted on those layers' own times in the runs (least squares through the origin of their extra
+//!   milliseconds on the add's MiB), with at least [`MIN_RESIDUAL_ADDS`] of them, else 0;
 //! - latency (with `--network-latency` only): each executing layer's prediction `t` (after the dense term)
 //!   becomes `max(0, latency_scale · t + latency_per_layer_ms)`;
 //! - peak memory: `+ memory_fixed_mib + memory_per_layer_mib · executing layers + memory_per_weighted_layer_mib ·
@@ -74,6 +82,28 @@ impl DenseLayerPoint {
     }
 }
 
+/// Fewest fused residual adds the residual-add term is fitted on; with fewer it stays 0.
+pub const MIN_RESIDUAL_ADDS: usize = 8;
+
+/// A convolution inside a calibration network that computes a residual add in its product: predicted (with the
+/// add's own time, uncalibrated), measured in the network (its node's time and the add's, if tract timed one).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResidualAddPoint {
+    pub layer: String,
+    pub add: String,
+    /// The add's output (f32), MiB.
+    pub add_mib: f64,
+    pub predicted_ms: f64,
+    /// Brought to nominal speed like the network's total.
+    pub measured_ms: f64,
+}
+
+impl ResidualAddPoint {
+    fn is_usable(&self) -> bool {
+        [self.add_mib, self.predicted_ms, self.measured_ms].iter().all(|v| v.is_finite() && *v > 0.0)
+    }
+}
+
 /// Fewest networks a calibration is fitted on (three memory parameters, and one to spare).
 pub const MIN_NETWORKS: usize = 4;
 
@@ -102,6 +132,9 @@ pub struct CalibrationPoint {
     /// The network's executing dense layers, for the dense-weights term.
     #[serde(default)]
     pub dense_layers: Vec<DenseLayerPoint>,
+    /// The network's convolutions that compute a residual add, for the residual-add term.
+    #[serde(default)]
+    pub residual_adds: Vec<ResidualAddPoint>,
     /// The network's f32 weights and biases, MiB.
     pub weight_mib: f64,
 }
@@ -128,6 +161,9 @@ pub struct Correction {
     /// The core's own cache (L2) of the machine the calibration ran on, MiB: dense weights up to it stay there
     /// when looped alone.
     pub dense_cache_mib: f64,
+    /// Added to a convolution that computes a residual add in its product, per MiB of the add's output.
+    #[serde(default)]
+    pub residual_add_ms_per_mib: f64,
 }
 
 impl Correction {
@@ -143,7 +179,13 @@ impl Correction {
         dense_weight_limit_mib: 0.0,
         dense_network_min_mib: 0.0,
         dense_cache_mib: 0.0,
+        residual_add_ms_per_mib: 0.0,
     };
+
+    /// The residual-add term of a convolution whose product computes an add of `add_output_bytes`.
+    pub fn residual_add_ms(&self, add_output_bytes: u64) -> f64 {
+        self.residual_add_ms_per_mib * add_output_bytes as f64 / MIB
+    }
 
     /// The dense-weights term of a layer with `weight_bytes` of f32 weights in a network with
     /// `network_weight_bytes` (0 for other types, above the limit, and for a layer larger than the core's cache
@@ -210,7 +252,9 @@ impl Correction {
     /// A network's calibrated latency from its calibration point (what [`Self::layer_latency_ms`] sums to).
     pub fn network_latency_ms(&self, p: &CalibrationPoint) -> f64 {
         let dense: f64 = p.dense_layers.iter().map(|d| self.dense_weight_ms_for_mib(d.weight_mib, p.weight_mib)).sum();
-        self.latency_scale * (p.predicted_latency_ms + dense) + self.latency_per_layer_ms * p.executing_layers as f64
+        let residual: f64 = p.residual_adds.iter().map(|r| self.residual_add_ms_per_mib * r.add_mib).sum();
+        self.latency_scale * (p.predicted_latency_ms + dense + residual)
+            + self.latency_per_layer_ms * p.executing_layers as f64
     }
 
     /// A calibrated peak memory (never negative).
@@ -279,7 +323,8 @@ impl Calibration {
                 )));
             }
         }
-        let dense_only = fit_dense_gate(&networks, core_cache_mib.filter(|c| c.is_finite() && *c > 0.0));
+        let mut dense_only = fit_dense_gate(&networks, core_cache_mib.filter(|c| c.is_finite() && *c > 0.0));
+        dense_only.residual_add_ms_per_mib = fit_residual_adds(&networks);
         // Latency: measured ≈ scale · (predicted + dense term) + per_layer · layers, weights 1 / measured².
         let latency: Vec<(f64, f64, f64)> = networks
             .iter()
@@ -336,6 +381,7 @@ impl Calibration {
                 dense_weight_limit_mib: dense_only.dense_weight_limit_mib,
                 dense_network_min_mib: dense_only.dense_network_min_mib,
                 dense_cache_mib: dense_only.dense_cache_mib,
+                residual_add_ms_per_mib: dense_only.residual_add_ms_per_mib,
             },
             memory_only: false,
             network_latency: network_latency_error.is_none(),
@@ -352,6 +398,7 @@ impl Calibration {
         self.correction.dense_weight_floor_mib = 0.0;
         self.correction.dense_weight_limit_mib = 0.0;
         self.correction.dense_network_min_mib = 0.0;
+        self.correction.residual_add_ms_per_mib = 0.0;
         self.memory_only = true;
         self
     }
@@ -419,6 +466,7 @@ impl Calibration {
             c.dense_weight_limit_mib,
             c.dense_network_min_mib,
             c.dense_cache_mib,
+            c.residual_add_ms_per_mib,
         ];
         if numbers.iter().any(|v| !v.is_finite()) || c.latency_scale <= 0.0 {
             return Err(bad(format!("invalid correction {c:?}")));
@@ -439,6 +487,12 @@ impl Calibration {
                 c.dense_weight_limit_mib,
                 c.dense_cache_mib,
                 c.dense_network_min_mib
+            )));
+        }
+        if c.residual_add_ms_per_mib < 0.0 {
+            return Err(bad(format!(
+                "invalid residual-add term: {} ms per MiB (it may not be negative)",
+                c.residual_add_ms_per_mib
             )));
         }
         Ok(Some(Stored::Current(calibration)))
@@ -463,6 +517,25 @@ pub fn models_fingerprint(manifest: &Manifest) -> String {
         }
     }
     crate::train::store::hex(&h.finalize())
+}
+
+/// The residual-add term (ms per MiB of add output): the least-squares slope through the origin of the fused
+/// convolutions' extra time (measured - predicted) on their add's MiB, over every usable point; 0 with fewer than
+/// [`MIN_RESIDUAL_ADDS`] points or when the slope is not positive (such adds then cost what the models say).
+fn fit_residual_adds(networks: &[CalibrationPoint]) -> f64 {
+    let points: Vec<&ResidualAddPoint> =
+        networks.iter().flat_map(|p| &p.residual_adds).filter(|r| r.is_usable()).collect();
+    if points.len() < MIN_RESIDUAL_ADDS {
+        return 0.0;
+    }
+    let sxy: f64 = points.iter().map(|r| r.add_mib * (r.measured_ms - r.predicted_ms)).sum();
+    let sxx: f64 = points.iter().map(|r| r.add_mib * r.add_mib).sum();
+    let k = sxy / sxx;
+    if k.is_finite() && k > 0.0 {
+        k
+    } else {
+        0.0
+    }
 }
 
 /// The dense-weights term with the network size that layers larger than the core's cache (`cache_mib`) need
@@ -672,6 +745,7 @@ mod tests {
             measured_peak_memory_mib: predicted_mib + 0.5 + 0.01 * layers as f64 + 0.03 * weighted as f64,
             predicted_peak_memory_mib: predicted_mib,
             dense_layers: vec![],
+            residual_adds: vec![],
             weight_mib: 10.0 * layers as f64,
         }
     }
@@ -717,6 +791,45 @@ mod tests {
         // A negative per-layer term never makes a layer negative.
         let shrink = Correction { latency_per_layer_ms: -1.0, ..c };
         assert_eq!(shrink.layer_latency_ms(LayerType::Conv2d, 0, 0, 0.1), 0.0);
+    }
+
+    #[test]
+    fn fused_residual_adds_fit_their_term_through_the_origin() {
+        let adds = |n: usize, ms_per_mib: f64| -> Vec<ResidualAddPoint> {
+            (0..n)
+                .map(|i| {
+                    let add_mib = 0.25 * (1 + i % 4) as f64;
+                    ResidualAddPoint {
+                        layer: format!("c{i}"),
+                        add: format!("a{i}"),
+                        add_mib,
+                        predicted_ms: 1.0,
+                        measured_ms: 1.0 + ms_per_mib * add_mib,
+                    }
+                })
+                .collect()
+        };
+        let mut points = vec![point("a", 10, 5.0, 20.0), point("b", 200, 80.0, 150.0), point("c", 50, 3.0, 4.0)];
+        points.push(CalibrationPoint { residual_adds: adds(5, 0.4), ..point("d", 60, 7.0, 30.0) });
+        points[0].residual_adds = adds(5, 0.4);
+        let c = Calibration::fit("dev", "learned", "h", points.clone(), Some(2.0)).unwrap();
+        assert!((c.correction.residual_add_ms_per_mib - 0.4).abs() < 1e-9, "{:?}", c.correction);
+        assert!((c.correction.residual_add_ms(3 << 20) - 1.2).abs() < 1e-9);
+        // The network total carries it: 5 adds of 0.25-1.25 MiB on "d".
+        let d = &c.networks[3];
+        let k = Correction { residual_add_ms_per_mib: 0.4, ..Correction::NONE };
+        let sum_mib: f64 = d.residual_adds.iter().map(|r| r.add_mib).sum();
+        assert!((k.network_latency_ms(d) - (d.predicted_latency_ms + 0.4 * sum_mib)).abs() < 1e-9);
+        assert_eq!(c.clone().memory_only().correction.residual_add_ms_per_mib, 0.0);
+        assert!(c.clone().without_network_latency().correction.residual_add_ms_per_mib > 0.0);
+        // Too few adds, or adds that ran faster than predicted: no term.
+        points[0].residual_adds.clear();
+        let few = Calibration::fit("dev", "learned", "h", points.clone(), Some(2.0)).unwrap();
+        assert_eq!(few.correction.residual_add_ms_per_mib, 0.0);
+        points[0].residual_adds = adds(5, -0.1);
+        points[3].residual_adds = adds(5, -0.1);
+        let faster = Calibration::fit("dev", "learned", "h", points, Some(2.0)).unwrap();
+        assert_eq!(faster.correction.residual_add_ms_per_mib, 0.0);
     }
 
     /// Dense layers that take 0.05 ms more per MiB of weights above 0.25 MiB, up to 16 MiB, inside the networks,

@@ -14,7 +14,10 @@
 //!    reader is a convolution: the engine folds it into the convolution's own padding (tract does; measured
 //!    0 ms in whole-network runs), so the padded tensor is never made. With tract's models on this machine, a
 //!    channel concat read only by 1×1 convolutions is `fused:<first of them>` as well: tract computes those one
-//!    concatenated part at a time and never builds the concat ([`unmaterialised_concats`]).
+//!    concatenated part at a time and never builds the concat ([`unmaterialised_concats`]). So is a residual add
+//!    that tract computes inside the matrix product of the ungrouped convolution feeding it
+//!    ([`residual_adds_fused`]): the convolution's prediction then includes the add's, and a calibrated estimate
+//!    adds what such a fused add costs beyond that ([`calibration`]).
 //! 3. The method's predictor (a trained regressor, a baseline formula, a nearest measured sample).
 //! 4. `analytic:bandwidth`: a cheap memory-bound layer with no predictor (activation, batch norm, add, multiply,
 //!    concat, padding, cropping, global pooling: a few operations per element at most) takes the time to read its
@@ -444,6 +447,14 @@ impl Estimator {
         } else {
             (vec![None; n], vec![None; n])
         };
+        let add_fused_into =
+            if self.method.models_tract() { residual_adds_fused(net, &analysis, &consumers) } else { vec![None; n] };
+        let mut fused_add_of: Vec<Option<usize>> = vec![None; n];
+        for (add, conv) in add_fused_into.iter().enumerate() {
+            if let Some(conv) = conv {
+                fused_add_of[*conv] = Some(add);
+            }
+        }
         let mut layers = Vec::with_capacity(n);
         let mut steps = Vec::with_capacity(n);
         let mut uncovered = Vec::new();
@@ -470,10 +481,12 @@ impl Estimator {
             let executes = if layer_type.is_free() {
                 row.predictor.push_str("free");
                 false
-            } else if let Some(conv) = padding_into[i].or(concat_read_by[i]) {
+            } else if let Some(conv) = padding_into[i].or(concat_read_by[i]).or(add_fused_into[i]) {
                 row.predictor = format!("fused:{}", net.layers[conv].name);
                 false
-            } else if let Some(owner) = fusion_owner(net, &analysis.sources, &consumers, &fused_into, i) {
+            } else if let Some(owner) =
+                fusion_owner(net, &analysis.sources, &consumers, &fused_into, i, self.method.models_tract())
+            {
                 fused_into[i] = Some(owner);
                 row.predictor = format!("fused:{}", net.layers[owner].name);
                 false
@@ -492,6 +505,23 @@ impl Estimator {
                         row.latency_ms = Some(p.latency_ms);
                         row.power_w = p.power_w;
                         row.predictor = p.predictor;
+                        if let Some(add) = fused_add_of[i] {
+                            // The add runs inside this layer's product: its work is part of this layer's time.
+                            let add_config = analysis.config(net, add);
+                            let add_cost = &analysis.costs[add];
+                            let add_ms = match self.method.predict(&add_config, add_cost, self.layer_cache) {
+                                Ok(Some(p)) => Some(p.latency_ms),
+                                Ok(None) => self.memory_bandwidth_gbs.map(|gbs| {
+                                    let bytes = (add_cost.input_elems + add_cost.output_elems) * BYTES_PER_ELEMENT;
+                                    1e3 * bytes as f64 / (gbs * 1e9)
+                                }),
+                                Err(e) => return Err(layer_error(net, add, e)),
+                            };
+                            if let Some(ms) = add_ms {
+                                row.latency_ms = Some(p.latency_ms + ms);
+                                row.predictor.push_str(&format!("+add:{}", net.layers[add].name));
+                            }
+                        }
                         if let (Some(concat), Some(_)) = (reads_concat[i], held.workspace_bytes) {
                             let parts = &analysis.config(net, concat).input_shapes;
                             let output_bytes = cost.output_elems * BYTES_PER_ELEMENT;
@@ -525,6 +555,10 @@ impl Estimator {
                 row.memory_mib = (io_bytes + weight_bytes + plan_bytes + workspace_bytes) as f64 / MIB;
                 if let (Some(c), Some(t)) = (correction, row.latency_ms) {
                     let weight_bytes = cost.weight_elems * BYTES_PER_ELEMENT;
+                    let t = match fused_add_of[i] {
+                        Some(add) => t + c.residual_add_ms(analysis.costs[add].output_elems * BYTES_PER_ELEMENT),
+                        None => t,
+                    };
                     row.latency_ms = Some(c.layer_latency_ms(layer_type, weight_bytes, network_weight_bytes, t));
                 }
             }
@@ -554,7 +588,26 @@ impl Estimator {
             layers.push(row);
         }
         let input_bytes = net.input_shape.iter().product::<usize>() as u64 * net.batch_size as u64 * BYTES_PER_ELEMENT;
-        let in_use = memory::in_use_bytes(&analysis.sources, &steps, input_bytes, all_weight_bytes);
+        // A fused add's output is the convolution's output (the product adds the other input as it stores): the
+        // memory walk aliases a layer that does not execute to its first input, so that side goes first.
+        let reordered;
+        let sources = if add_fused_into.iter().any(Option::is_some) {
+            let mut s = analysis.sources.clone();
+            for (add, conv) in add_fused_into.iter().enumerate() {
+                if let Some(conv) = *conv {
+                    let conv_side = |src: &Source| match src {
+                        Source::Layer(j) => *j == conv || fused_into[*j] == Some(conv),
+                        Source::Input => false,
+                    };
+                    s[add].sort_by_key(|src| !conv_side(src));
+                }
+            }
+            reordered = s;
+            &reordered
+        } else {
+            &analysis.sources
+        };
+        let in_use = memory::in_use_bytes(sources, &steps, input_bytes, all_weight_bytes);
         let mut peak: Option<(usize, u64)> = None;
         for (i, (row, bytes)) in layers.iter_mut().zip(&in_use).enumerate() {
             row.in_use_mib = bytes.map(|b| b as f64 / MIB);
@@ -657,17 +710,32 @@ fn fuses_into_kernel(a: Activation) -> bool {
     matches!(a, Activation::Linear | Activation::Relu | Activation::Relu6 | Activation::LeakyRelu)
 }
 
-/// The layer whose kernel computes layer `i` in place (rule 2 of the module docs), if any.
+/// The layer whose kernel computes layer `i` in place (rule 2 of the module docs), if any. With `tract`, only an
+/// ungrouped convolution or a dense layer takes in what follows it: tract folds a batch norm and an activation
+/// into a single matrix product's output, and a depthwise or grouped convolution is not one. In whole-network runs
+/// on the Zen 5 host (2026-11-23) the batch norms and activations after depthwise convolutions had nodes of their
+/// own in 160 of 199 cases (MobileNets, EfficientNets: 0.8-1.0 ms of MobileNet v1 and v2's 19-21 ms), and so did
+/// 31 of the 46 after grouped convolutions (ShuffleNet's: 0.53 of its 12.05 ms), while 1,068 ReLUs after ungrouped
+/// convolutions took 10 ms in all.
 fn fusion_owner(
     net: &Network,
     sources: &[Vec<Source>],
     consumers: &[u32],
     fused_into: &[Option<usize>],
     i: usize,
+    tract: bool,
 ) -> Option<usize> {
     let [Source::Layer(j)] = sources[i].as_slice() else { return None };
     let j = *j;
     if consumers[j] != 1 {
+        return None;
+    }
+    let one_product = match &net.layers[j].op {
+        Op::DepthwiseConv2d(_) => false,
+        Op::Conv2d(c) => c.groups == 1,
+        _ => true,
+    };
+    if tract && !one_product {
         return None;
     }
     match (&net.layers[i].op, &net.layers[j].op) {
@@ -738,6 +806,95 @@ fn unmaterialised_concats(net: &Network, analysis: &Analysis) -> (Vec<Option<usi
         }
     }
     (read_by, reads)
+}
+
+/// Residual adds tract computes inside a convolution's matrix product: its `OptMatMul` takes a following `Add` of
+/// two same-shaped tensors into the product as `AddUnicast` when the product's output has that add as its only
+/// reader (tract-core 0.23.9, `ops/matmul/optimized.rs`), after the batch norm and activation it already took in.
+/// The product keeps its output as a matrix (channels × pixels) until a reshape, which tract pushes past the add
+/// only when the add's other input has that form too, i.e. comes from products through element-wise layers; and
+/// an add whose only reader is an activation with one product input forms an element-wise chain with it instead.
+/// Traced on tract's plans (2026-11-23): ResNet v1's projection block (a product on each side, then a ReLU) runs
+/// add and ReLU in the shortcut's product; its identity block (the other side the previous block's output) runs
+/// them as one `OptBinChain(Add+Max)` node; without the ReLU (ResNet v2, MobileNet v2) the add joins the product;
+/// Xception's (the other side a max pooling) is an `OptAddUnicast` node. So: an add of two same-shaped inputs,
+/// one of which is an ungrouped convolution (or the batch norm folded into it, or an activation its kernel
+/// applies) that only the add reads, the other of which comes from an ungrouped convolution through element-wise
+/// layers; not when the add's only reader is an activation, unless both inputs are such convolutions. Of two,
+/// the one computed first: in whole-network runs of ResNet-50 v1 the projection shortcut's node took 2.0 ms and
+/// the main path's identical 1×1 convolution 0.84 ms, the add 0 ms (Zen 5 host). Returns, per layer, for such an
+/// add the convolution it runs in.
+pub fn residual_adds_fused(net: &Network, analysis: &Analysis, consumers: &[u32]) -> Vec<Option<usize>> {
+    let n = net.layers.len();
+    let mut into = vec![None; n];
+    if !net.layers.iter().any(|l| matches!(l.op, Op::Add)) {
+        return into;
+    }
+    let mut single_reader: Vec<Option<usize>> = vec![None; n];
+    for (i, srcs) in analysis.sources.iter().enumerate() {
+        for s in srcs {
+            if let Source::Layer(j) = s {
+                single_reader[*j] = (consumers[*j] == 1).then_some(i);
+            }
+        }
+    }
+    // Back from an input of the add, through what the product takes in (an activation it applies, a batch norm
+    // folded into a linear convolution), each read by the next alone, to an ungrouped convolution.
+    let conv_of = |mut j: usize| -> Option<usize> {
+        let mut after_bn = false;
+        loop {
+            if consumers[j] != 1 {
+                return None;
+            }
+            match (&net.layers[j].op, analysis.sources[j].as_slice()) {
+                (Op::Conv2d(c), _) if c.groups == 1 => {
+                    let takes_in =
+                        if after_bn { c.activation == Activation::Linear } else { fuses_into_kernel(c.activation) };
+                    return takes_in.then_some(j);
+                }
+                (Op::BatchNorm, [Source::Layer(p)]) if !after_bn => {
+                    after_bn = true;
+                    j = *p;
+                }
+                (Op::Activation(a), [Source::Layer(p)]) if fuses_into_kernel(*a) && !after_bn => j = *p,
+                // Inference drops it (EfficientNet's stochastic depth before its adds).
+                (Op::Dropout { .. }, [Source::Layer(p)]) => j = *p,
+                _ => return None,
+            }
+        }
+    };
+    // Whether a tensor comes from ungrouped convolutions through element-wise layers (every input of each).
+    let mut from_products: Vec<bool> = vec![false; n];
+    for (i, layer) in net.layers.iter().enumerate() {
+        let all_from_products = |srcs: &[Source]| {
+            !srcs.is_empty() && srcs.iter().all(|s| matches!(s, Source::Layer(j) if from_products[*j]))
+        };
+        from_products[i] = match &layer.op {
+            Op::Conv2d(c) => c.groups == 1,
+            Op::Activation(a) => *a != Activation::Softmax && all_from_products(&analysis.sources[i]),
+            Op::BatchNorm | Op::Add | Op::Multiply | Op::Dropout { .. } => all_from_products(&analysis.sources[i]),
+            _ => false,
+        };
+    }
+    for (i, layer) in net.layers.iter().enumerate() {
+        if !matches!(layer.op, Op::Add) {
+            continue;
+        }
+        let [Source::Layer(a), Source::Layer(b)] = analysis.sources[i].as_slice() else { continue };
+        let shapes = &analysis.config(net, i).input_shapes;
+        if shapes.len() != 2 || shapes[0] != shapes[1] || a == b {
+            continue;
+        }
+        let chained =
+            single_reader[i].is_some_and(|r| matches!(net.layers[r].op, Op::Activation(f) if fuses_into_kernel(f)));
+        into[i] = match (conv_of(*a), conv_of(*b)) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (Some(x), None) if from_products[*b] && !chained => Some(x),
+            (None, Some(y)) if from_products[*a] && !chained => Some(y),
+            _ => None,
+        };
+    }
+    into
 }
 
 /// Element-wise layers the engine computes into an input buffer it owns (tract does for uniquely owned inputs);

@@ -144,6 +144,14 @@ pub fn find_outliers(
             into[i] = None;
         }
     }
+    // A residual add the estimate runs inside a convolution (`fused:<conv>`, the convolution's predictor ending
+    // in `+add:<add>`) ran there in tract too: its predicted time is already the convolution's.
+    for (i, est) in estimate.layers.iter().enumerate() {
+        let Some(owner) = est.predictor.strip_prefix("fused:").and_then(|name| index.get(name)) else { continue };
+        if estimate.layers[*owner].predictor.ends_with(&format!("+add:{}", est.name)) && measured_of[i] == Some(0.0) {
+            into[i] = Some(*owner);
+        }
+    }
     let mut credited = vec![0.0; net.layers.len()];
     for (i, target) in into.iter().enumerate() {
         if let (Some(t), Some(ms)) = (target, predicted_of[i]) {

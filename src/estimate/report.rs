@@ -68,6 +68,12 @@ pub fn table(e: &Estimate) -> String {
                 c.dense_gate_clause()
             ));
         }
+        if c.residual_add_ms_per_mib != 0.0 {
+            latency.push(format!(
+                "convolutions that compute a residual add {:+.4} ms per MiB of its output",
+                c.residual_add_ms_per_mib
+            ));
+        }
         if c.latency_scale != 1.0 || c.latency_per_layer_ms != 0.0 {
             latency.push(format!("layer latency x {:.4} {:+.4} ms", c.latency_scale, c.latency_per_layer_ms));
         }
