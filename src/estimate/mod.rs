@@ -9,7 +9,8 @@
 //! 1. `free`: views and inference no-ops (flatten, reshape, dropout) do no work: 0 ms, no allocation.
 //! 2. `fused:<producer>`: an activation the engine fuses into the convolution / dense kernel that produces its
 //!    input (linear, relu, relu6, leaky relu), and a batch norm directly after a convolution without activation
-//!    (folded into its weights), when that producer has no other consumer. The producer's prediction already
+//!    (folded into its weights), when that producer has no other consumer; with tract's models only when the
+//!    producer is one matrix product, not a depthwise or grouped convolution. The producer's prediction already
 //!    contains the work; the layer itself costs 0 ms and computes in place. Likewise a zero padding whose only
 //!    reader is a convolution: the engine folds it into the convolution's own padding (tract does; measured
 //!    0 ms in whole-network runs), so the padded tensor is never made. With tract's models on this machine, a
