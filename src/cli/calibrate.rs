@@ -243,8 +243,8 @@ fn residual_add_points(
         }
     }
     let mut points = Vec::new();
-    for (add, conv) in perfmodel::estimate::residual_adds_fused(net, &analysis, &consumers).into_iter().enumerate() {
-        let Some(conv) = conv else { continue };
+    for (add, fused) in perfmodel::estimate::residual_adds_fused(net, &analysis, &consumers).into_iter().enumerate() {
+        let Some((conv, _)) = fused else { continue };
         let (e, m) = (&estimate.layers[conv], &measured.layers);
         if !e.predictor.contains("+add:") {
             continue;

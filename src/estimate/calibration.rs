@@ -59,6 +59,12 @@ pub const CALIBRATION_FILE: &str = "calibration.json";
 /// Bumped when the file's meaning changes.
 pub const CALIBRATION_FORMAT: u32 = 4;
 
+/// Which of the engine's fusions the estimate follows (see `super::residual_adds_fused` and
+/// `super::fusion_owner`), recorded with a calibration: one fitted under other rules still applies, with a note,
+/// since it multiplies layer counts those rules decide. 0: before this was recorded; 1: residual adds inside
+/// convolutions, depthwise and grouped convolutions without their batch norm and activation.
+pub const ESTIMATOR_RULES: u32 = 1;
+
 const MIB: f64 = 1024.0 * 1024.0;
 
 /// Fewest dense layers the dense-weights term is fitted on; with fewer it stays 0.
@@ -291,6 +297,9 @@ pub struct Calibration {
     /// probe reading over the nominal one (`collect::speed`); each network's median round was brought to the
     /// nominal speed by the median reading around its rounds. `None`: not measured.
     pub machine_speed_ratio: Option<f64>,
+    /// [`ESTIMATOR_RULES`] when fitted (0 in files written before it was recorded).
+    #[serde(default)]
+    pub estimator_rules: u32,
     pub networks: Vec<CalibrationPoint>,
 }
 
@@ -387,6 +396,7 @@ impl Calibration {
             network_latency: network_latency_error.is_none(),
             network_latency_error,
             machine_speed_ratio: None,
+            estimator_rules: ESTIMATOR_RULES,
             networks,
         })
     }

@@ -285,6 +285,12 @@ impl Estimator {
         };
         if let Some(c) = calibration {
             if c.method == "learned" && c.models_fingerprint == fingerprint {
+                if c.estimator_rules != calibration::ESTIMATOR_RULES {
+                    estimator.calibration_note = Some(format!(
+                        "{} was fitted when the estimate followed fewer of the engine's fusions (before residual adds                          inside convolutions, and the batch norms and activations after depthwise and grouped                          convolutions as nodes of their own); it is applied, but its terms were fitted on other                          layer counts: rerun 'perfmodel calibrate --device {device}' on the machine its models were                          trained on",
+                        Calibration::path(models_dir, device).display()
+                    ));
+                }
                 estimator.calibration = Some(c);
             } else {
                 estimator.calibration_note = Some(format!(
@@ -451,11 +457,14 @@ impl Estimator {
         let add_fused_into =
             if self.method.models_tract() { residual_adds_fused(net, &analysis, &consumers) } else { vec![None; n] };
         let mut fused_add_of: Vec<Option<usize>> = vec![None; n];
-        for (add, conv) in add_fused_into.iter().enumerate() {
-            if let Some(conv) = conv {
+        for (add, fused) in add_fused_into.iter().enumerate() {
+            if let Some((conv, _)) = fused {
                 fused_add_of[*conv] = Some(add);
             }
         }
+        // Adds whose time their convolution took on (set when the convolution, which comes first, is predicted):
+        // an add fused into a convolution without a prediction, or without one of its own, is predicted as itself.
+        let mut absorbed = vec![false; n];
         let mut layers = Vec::with_capacity(n);
         let mut steps = Vec::with_capacity(n);
         let mut uncovered = Vec::new();
@@ -482,7 +491,12 @@ impl Estimator {
             let executes = if layer_type.is_free() {
                 row.predictor.push_str("free");
                 false
-            } else if let Some(conv) = padding_into[i].or(concat_read_by[i]).or(add_fused_into[i]) {
+            } else if let Some(conv) = padding_into[i].or(concat_read_by[i]) {
+                row.predictor = format!("fused:{}", net.layers[conv].name);
+                false
+            } else if let Some((conv, _)) = add_fused_into[i].filter(|_| absorbed[i]) {
+                // What reads the add alone (the ReLU of a ResNet v1 projection block) is taken in too.
+                fused_into[i] = Some(conv);
                 row.predictor = format!("fused:{}", net.layers[conv].name);
                 false
             } else if let Some(owner) =
@@ -521,6 +535,7 @@ impl Estimator {
                             if let Some(ms) = add_ms {
                                 row.latency_ms = Some(p.latency_ms + ms);
                                 row.predictor.push_str(&format!("+add:{}", net.layers[add].name));
+                                absorbed[add] = true;
                             }
                         }
                         if let (Some(concat), Some(_)) = (reads_concat[i], held.workspace_bytes) {
@@ -556,7 +571,7 @@ impl Estimator {
                 row.memory_mib = (io_bytes + weight_bytes + plan_bytes + workspace_bytes) as f64 / MIB;
                 if let (Some(c), Some(t)) = (correction, row.latency_ms) {
                     let weight_bytes = cost.weight_elems * BYTES_PER_ELEMENT;
-                    let t = match fused_add_of[i] {
+                    let t = match fused_add_of[i].filter(|&add| absorbed[add]) {
                         Some(add) => t + c.residual_add_ms(analysis.costs[add].output_elems * BYTES_PER_ELEMENT),
                         None => t,
                     };
@@ -592,15 +607,11 @@ impl Estimator {
         // A fused add's output is the convolution's output (the product adds the other input as it stores): the
         // memory walk aliases a layer that does not execute to its first input, so that side goes first.
         let reordered;
-        let sources = if add_fused_into.iter().any(Option::is_some) {
+        let sources = if absorbed.iter().any(|&a| a) {
             let mut s = analysis.sources.clone();
-            for (add, conv) in add_fused_into.iter().enumerate() {
-                if let Some(conv) = *conv {
-                    let conv_side = |src: &Source| match src {
-                        Source::Layer(j) => *j == conv || fused_into[*j] == Some(conv),
-                        Source::Input => false,
-                    };
-                    s[add].sort_by_key(|src| !conv_side(src));
+            for (add, fused) in add_fused_into.iter().enumerate() {
+                if let (Some((_, 1)), true) = (fused, absorbed[add]) {
+                    s[add].swap(0, 1);
                 }
             }
             reordered = s;
@@ -824,8 +835,8 @@ fn unmaterialised_concats(net: &Network, analysis: &Analysis) -> (Vec<Option<usi
 /// layers; not when the add's only reader is an activation, unless both inputs are such convolutions. Of two,
 /// the one computed first: in whole-network runs of ResNet-50 v1 the projection shortcut's node took 2.0 ms and
 /// the main path's identical 1×1 convolution 0.84 ms, the add 0 ms (Zen 5 host). Returns, per layer, for such an
-/// add the convolution it runs in.
-pub fn residual_adds_fused(net: &Network, analysis: &Analysis, consumers: &[u32]) -> Vec<Option<usize>> {
+/// add the convolution it runs in and which of the add's two inputs (0 or 1) leads back to it.
+pub fn residual_adds_fused(net: &Network, analysis: &Analysis, consumers: &[u32]) -> Vec<Option<(usize, usize)>> {
     let n = net.layers.len();
     let mut into = vec![None; n];
     if !net.layers.iter().any(|l| matches!(l.op, Op::Add)) {
@@ -858,8 +869,9 @@ pub fn residual_adds_fused(net: &Network, analysis: &Analysis, consumers: &[u32]
                     j = *p;
                 }
                 (Op::Activation(a), [Source::Layer(p)]) if fuses_into_kernel(*a) && !after_bn => j = *p,
-                // Inference drops it (EfficientNet's stochastic depth before its adds).
-                (Op::Dropout { .. }, [Source::Layer(p)]) => j = *p,
+                // Inference drops it (EfficientNet's stochastic depth before its adds); not between a convolution
+                // and its batch norm, which then is not folded.
+                (Op::Dropout { .. }, [Source::Layer(p)]) if !after_bn => j = *p,
                 _ => return None,
             }
         }
@@ -889,9 +901,10 @@ pub fn residual_adds_fused(net: &Network, analysis: &Analysis, consumers: &[u32]
         let chained =
             single_reader[i].is_some_and(|r| matches!(net.layers[r].op, Op::Activation(f) if fuses_into_kernel(f)));
         into[i] = match (conv_of(*a), conv_of(*b)) {
-            (Some(x), Some(y)) => Some(x.min(y)),
-            (Some(x), None) if from_products[*b] && !chained => Some(x),
-            (None, Some(y)) if from_products[*a] && !chained => Some(y),
+            (Some(x), Some(y)) if x < y => Some((x, 0)),
+            (Some(_), Some(y)) => Some((y, 1)),
+            (Some(x), None) if from_products[*b] && !chained => Some((x, 0)),
+            (None, Some(y)) if from_products[*a] && !chained => Some((y, 1)),
             _ => None,
         };
     }

@@ -208,15 +208,16 @@ impl Candidate {
 /// Method families of [`default_candidates`].
 pub const METHODS: [&str; 5] = ["ert", "xgb", "tree", "knn", "linear"];
 
-/// The default search space: each method with a few tree-size bounds, on raw and (where the method is not
-/// invariant to it) log features, each with and without a log target. Ensemble sizes are kept small on purpose:
-/// a prediction walks every tree, and estimation wants a single-layer prediction in microseconds and a store of
-/// a few megabytes; the minimum leaf sizes bound the trees' size and depth. Best-split trees and boosting choose
-/// the same splits on log features, so they are tried on raw features only. `seed` makes the randomised methods
-/// reproducible.
 /// Trees of the fully grown extra-trees candidates.
 pub const ERT_TREES: usize = 48;
 
+/// The default search space: each method with a few tree-size bounds, on raw and (where the method is not
+/// invariant to it) log features, each with and without a log target. Ensemble sizes are kept small on purpose:
+/// a prediction walks every tree, and estimation wants a single-layer prediction in microseconds and a store of
+/// tens of megabytes; the minimum leaf sizes bound the trees' size and depth (the fully grown extra-trees have
+/// [`ERT_TREES`] trees, the others 16). Best-split trees and boosting choose
+/// the same splits on log features, so they are tried on raw features only. `seed` makes the randomised methods
+/// reproducible.
 pub fn default_candidates(seed: u64) -> Vec<Candidate> {
     let ert = ExtraTrees::default().with_n_trees(16).with_seed(seed);
     let both = [false, true];

@@ -407,7 +407,8 @@ pub fn train_device(
 /// The candidates of one triplet: memory models learn only what the layer needs beyond its f32 inputs, weights
 /// and outputs (see [`KnownPart`]), with the weights as tract packs them here on a host engine; latency and
 /// power have no such known part. Latency of the layers whose time follows their arithmetic (conv2d, depthwise,
-/// dense) is also tried per FLOP; with [`HostEngine::LayoutsAndTiles`], conv2d and dense latency are also tried with the engine's
+/// dense) is also tried per FLOP, and of the memory-bound sliding windows and element-wise layers (pooling,
+/// activation, batch norm) per input element; with [`HostEngine::LayoutsAndTiles`], conv2d and dense latency are also tried with the engine's
 /// features appended ([`EngineFeatures`]), alone and per FLOP. Cross-validation decides.
 pub fn candidates_for(
     candidates: &[Candidate],
@@ -445,13 +446,13 @@ pub fn candidates_for(
         }
         _ => None,
     };
-    let flops = unit.and_then(|unit| names.iter().position(|n| n == unit)).and_then(|i| u16::try_from(i).ok());
+    let unit = unit.and_then(|unit| names.iter().position(|n| n == unit)).and_then(|i| u16::try_from(i).ok());
     let mut all = plain.clone();
     if engine.is_some() {
         all.extend(plain.iter().map(|c| c.clone().with_engine_features(engine.clone())));
     }
-    if flops.is_some() {
-        all.extend(plain.iter().map(|c| c.clone().with_engine_features(engine.clone()).with_per_unit(flops)));
+    if unit.is_some() {
+        all.extend(plain.iter().map(|c| c.clone().with_engine_features(engine.clone()).with_per_unit(unit)));
     }
     all
 }
