@@ -185,7 +185,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .collect();
         let weight_mib = costs.iter().map(|c| c.weight_elems * BYTES_PER_ELEMENT).sum::<u64>() as f64 / MIB;
         // Convolutions that compute a residual add: their node's time and the add's (0 when tract fused it).
-        let residual_adds = residual_add_points(net, estimate, measured, &costs, to_nominal)?;
+        let residual_adds = residual_add_points(net, estimate, measured, &costs, to_nominal);
         points.push(CalibrationPoint {
             dense_layers,
             residual_adds,
@@ -225,33 +225,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// The residual-add points of one network ([`ResidualAddPoint`]): each convolution the estimate credits with a
-/// fused add (predictor `...+add:<name>`), predicted with the add, measured as its node and the add's together.
+/// fused add (its predictor ends in `+add:<name>`), predicted with the add, measured as its node and the add's
+/// together.
 fn residual_add_points(
     net: &Network,
     estimate: &perfmodel::estimate::Estimate,
     measured: &perfmodel::engine::NetworkProfile,
     costs: &[perfmodel::layer::LayerCost],
     to_nominal: f64,
-) -> anyhow::Result<Vec<ResidualAddPoint>> {
-    let analysis = net.analyze()?;
-    let mut consumers = vec![0u32; net.layers.len()];
-    for sources in &analysis.sources {
-        for s in sources {
-            if let perfmodel::network::Source::Layer(j) = s {
-                consumers[*j] += 1;
-            }
-        }
-    }
+) -> Vec<ResidualAddPoint> {
+    let index: std::collections::HashMap<&str, usize> =
+        net.layers.iter().enumerate().map(|(i, l)| (l.name.as_str(), i)).collect();
     let mut points = Vec::new();
-    for (add, fused) in perfmodel::estimate::residual_adds_fused(net, &analysis, &consumers).into_iter().enumerate() {
-        let Some((conv, _)) = fused else { continue };
-        let (e, m) = (&estimate.layers[conv], &measured.layers);
-        if !e.predictor.contains("+add:") {
+    for (conv, e) in estimate.layers.iter().enumerate() {
+        let Some(add) = e.predictor.rsplit_once("+add:").and_then(|(_, name)| index.get(name).copied()) else {
             continue;
-        }
-        let (Some(predicted_ms), Some(conv_ms), Some(add_ms)) =
-            (e.latency_ms, m.get(conv).map(|l| l.latency_ms), m.get(add).map(|l| l.latency_ms))
-        else {
+        };
+        let (Some(predicted_ms), Some(conv_ms), Some(add_ms)) = (
+            e.latency_ms,
+            measured.layers.get(conv).map(|l| l.latency_ms),
+            measured.layers.get(add).map(|l| l.latency_ms),
+        ) else {
             continue;
         };
         points.push(ResidualAddPoint {
@@ -262,7 +256,7 @@ fn residual_add_points(
             measured_ms: (conv_ms + add_ms) * to_nominal,
         });
     }
-    Ok(points)
+    points
 }
 
 fn print_table(c: &Calibration, path: &Path) {

@@ -287,7 +287,11 @@ impl Estimator {
             if c.method == "learned" && c.models_fingerprint == fingerprint {
                 if c.estimator_rules != calibration::ESTIMATOR_RULES {
                     estimator.calibration_note = Some(format!(
-                        "{} was fitted when the estimate followed fewer of the engine's fusions (before residual adds                          inside convolutions, and the batch norms and activations after depthwise and grouped                          convolutions as nodes of their own); it is applied, but its terms were fitted on other                          layer counts: rerun 'perfmodel calibrate --device {device}' on the machine its models were                          trained on",
+                        "{} was fitted when the estimate followed fewer of the engine's fusions (before residual adds \
+                         inside convolutions, and the batch norms and activations after depthwise and grouped \
+                         convolutions as nodes of their own); it is applied, but its terms were fitted on other \
+                         layer counts: rerun 'perfmodel calibrate --device {device}' on the machine its models were \
+                         trained on",
                         Calibration::path(models_dir, device).display()
                     ));
                 }
@@ -836,7 +840,7 @@ fn unmaterialised_concats(net: &Network, analysis: &Analysis) -> (Vec<Option<usi
 /// the one computed first: in whole-network runs of ResNet-50 v1 the projection shortcut's node took 2.0 ms and
 /// the main path's identical 1×1 convolution 0.84 ms, the add 0 ms (Zen 5 host). Returns, per layer, for such an
 /// add the convolution it runs in and which of the add's two inputs (0 or 1) leads back to it.
-pub fn residual_adds_fused(net: &Network, analysis: &Analysis, consumers: &[u32]) -> Vec<Option<(usize, usize)>> {
+fn residual_adds_fused(net: &Network, analysis: &Analysis, consumers: &[u32]) -> Vec<Option<(usize, usize)>> {
     let n = net.layers.len();
     let mut into = vec![None; n];
     if !net.layers.iter().any(|l| matches!(l.op, Op::Add)) {
