@@ -119,6 +119,27 @@ impl TractExecutor {
         let exported = export_network(network)?;
         TractWorkload::build(&exported, &format!("network '{}'", network.name), self.pool.clone())
     }
+
+    /// Heap bytes the built network holds before its first run (optimised plan, packed weights, plan tables,
+    /// its input), measured on a fresh thread with the counting allocator; `None` when that allocator is not
+    /// installed (the library linked into another program).
+    pub fn resident_bytes(&self, network: &Network) -> Result<Option<u64>> {
+        if !crate::collect::alloc::is_installed() {
+            return Ok(None);
+        }
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let before = crate::collect::alloc::current_bytes();
+                    let workload = self.network_workload(network)?;
+                    let after = crate::collect::alloc::current_bytes();
+                    drop(workload);
+                    Ok(Some(after.saturating_sub(before) as u64))
+                })
+                .join()
+        })
+        .map_err(|_| Error::Executor(format!("network '{}': building it panicked", network.name)))?
+    }
 }
 
 impl Executor for TractExecutor {

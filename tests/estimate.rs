@@ -637,6 +637,27 @@ fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
         &["estimate", &nets[0], "--device", device, "--models-dir", "models", "--format", "json"],
     ));
     assert_eq!(estimate["calibration"], v["correction"]);
+    // For models of this machine the engine's per-layer structure is measured (probe networks built with
+    // tract), kept in the calibration and counted as resident by the estimates it applies to.
+    if trained_here.is_empty() {
+        assert!(v["engine_structure"].is_null(), "{v}");
+    } else {
+        let kinds = v["engine_structure"]["bytes_per_layer"].as_object().unwrap();
+        for kind in ["conv2d:lazy", "conv2d:pointwise-grouped", "depthwise_conv2d", "dense"] {
+            let bytes = kinds[kind].as_f64().unwrap();
+            assert!((2048.0..65536.0).contains(&bytes), "{kind}: {bytes} bytes per layer: {v}");
+        }
+        let raw = json_of(&perfmodel(
+            dir.path(),
+            &["estimate", &nets[0], "--device", device, "--models-dir", "models", "--uncalibrated", "--format", "json"],
+        ));
+        let resident = |e: &Value| e["total"]["resident_memory_mib"].as_f64().unwrap();
+        // mnist_mlp: three dense layers (their activations are their own; the dropouts are free). Resident
+        // memory is whole bytes.
+        let dense_mib = 3.0 * kinds["dense"].as_f64().unwrap() / (1024.0 * 1024.0);
+        let byte = 1.0 / (1024.0 * 1024.0);
+        assert!((resident(&estimate) - resident(&raw) - dense_mib).abs() <= byte, "{estimate} vs {raw}");
+    }
 
     // Fewer than four networks cannot be fitted: a clear error, and nothing written over the existing file.
     let before = std::fs::read_to_string(models.join("calibration.json")).unwrap();

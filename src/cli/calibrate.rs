@@ -12,7 +12,7 @@ use perfmodel::estimate::calibration::{
 };
 use perfmodel::estimate::memory::{BYTES_PER_ELEMENT, MIB};
 use perfmodel::estimate::validate::{NetworkError, Validation};
-use perfmodel::estimate::{Dirs, Estimator, Method, DEFAULT_DEVICE};
+use perfmodel::estimate::{structure, Dirs, Estimator, Method, DEFAULT_DEVICE};
 use perfmodel::{LayerType, Network};
 use std::path::{Path, PathBuf};
 
@@ -107,6 +107,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // Exactly what `perfmodel estimate` computes (bandwidth-priced cheap layers included), before calibration.
     let dirs = Dirs { models: &models, data: &data, collectors: &collectors };
     let estimator = Estimator::open_method("learned", &args.device, &dirs)?.without_calibration();
+    // What tract keeps per layer besides weights, measured here by probe networks: the estimates below count
+    // it, and so will every estimate this calibration applies to. Only for models of tract on this machine.
+    let structure = if estimator.models_tract() && estimator.trained_elsewhere().is_none() {
+        eprintln!("measuring the engine's per-layer structure ({} probe networks)", 2 * structure::probes().len());
+        let structure = structure::measure(&perfmodel::engine::TractExecutor::new(1)?, &estimator)?;
+        if structure.is_none() {
+            eprintln!(
+                "note: heap use cannot be counted in this process; the engine's per-layer structure is not measured"
+            );
+        }
+        structure
+    } else {
+        None
+    };
+    let estimator = estimator.with_engine_structure(structure.clone());
     let Method::Learned(store) = estimator.method() else { unreachable!("the learned method has a model store") };
     let fingerprint = models_fingerprint(store.manifest());
     let nets = if args.nets.is_empty() {
@@ -216,6 +231,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         calibration = calibration.without_network_latency();
     }
     calibration.machine_speed_ratio = at_nominal.speed_probe.as_ref().map(|p| p.ratio);
+    calibration.engine_structure = structure;
     let path = calibration.save(&models)?;
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&calibration)?),
@@ -341,5 +357,21 @@ fn print_table(c: &Calibration, path: &Path) {
         k.memory_per_layer_mib,
         k.memory_per_weighted_layer_mib
     );
+    let loo: Vec<String> = c.memory_leave_one_out_pct.iter().map(|(terms, pct)| format!("{terms} {pct:.2}%")).collect();
+    if !loo.is_empty() {
+        println!(
+            "peak-memory terms: {} (median |error| with each fitted on the other networks: {})",
+            c.memory_terms,
+            loo.join(", ")
+        );
+    }
+    match &c.engine_structure {
+        Some(s) => {
+            let kinds: Vec<String> =
+                s.bytes_per_layer.iter().map(|(kind, bytes)| format!("{kind} {:.1}", bytes / 1024.0)).collect();
+            println!("engine structure per layer, KiB ({}): {}", s.engine, kinds.join(", "));
+        }
+        None => println!("engine structure: not measured (the estimates count weights and plan tables only)"),
+    }
     println!("written to {} (validate on networks not listed here, e.g. zoo/holdout/)", path.display());
 }

@@ -443,6 +443,12 @@ pub fn tract_plan_bytes(config: &LayerConfig) -> u64 {
     conv_shape(config).map_or(0, |shape| shape.plan_bytes())
 }
 
+/// How tract lowers a convolution layer here ([`ConvShape::lowering`]); `None` for other layers or a shape that
+/// does not validate.
+pub fn conv_lowering(config: &LayerConfig) -> Option<ConvLowering> {
+    conv_shape(config).map(|shape| shape.lowering())
+}
+
 fn conv_shape(config: &LayerConfig) -> Option<ConvShape> {
     let Op::Conv2d(c) = &config.op else { return None };
     let input = config.input_shapes.first()?;

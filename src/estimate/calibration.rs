@@ -300,6 +300,18 @@ pub struct Calibration {
     /// [`ESTIMATOR_RULES`] when fitted (0 in files written before it was recorded).
     #[serde(default)]
     pub estimator_rules: u32,
+    /// What the engine keeps per layer besides weights, measured on this machine by probes
+    /// ([`super::structure`]); the estimates fitted here counted it as resident, and so do those it applies to.
+    /// `None` in files written before it was measured, or when it could not be (no counting allocator).
+    #[serde(default)]
+    pub engine_structure: Option<super::structure::EngineStructure>,
+    /// Which peak-memory terms were fitted: `fixed` (one constant) or `fixed+layers` (plus per executing and
+    /// per weighted layer), whichever predicted each network better when fitted on the others; with the
+    /// median |error| of each in that leave-one-out, percent. Empty in older files.
+    #[serde(default)]
+    pub memory_terms: String,
+    #[serde(default)]
+    pub memory_leave_one_out_pct: Vec<(String, f64)>,
     pub networks: Vec<CalibrationPoint>,
 }
 
@@ -354,24 +366,8 @@ impl Calibration {
             ));
             (latency_scale, latency_per_layer_ms) = (1.0, 0.0);
         }
-        // Memory: measured - predicted ≈ fixed + per_layer · layers + per_weighted · weighted layers, weights
-        // 1 / measured². With the columns (nearly) dependent (e.g. every layer weighted), the weighted term is 0.
-        let rows: Vec<([f64; 3], f64, f64)> = networks
-            .iter()
-            .map(|p| {
-                let x = [1.0, p.executing_layers as f64, p.weighted_layers as f64];
-                (x, p.measured_peak_memory_mib - p.predicted_peak_memory_mib, p.measured_peak_memory_mib)
-            })
-            .collect();
-        let [memory_fixed_mib, memory_per_layer_mib, memory_per_weighted_layer_mib] = match solve_weighted(&rows) {
-            Some(b) => b,
-            None => {
-                let two: Vec<(f64, f64, f64)> = rows.iter().map(|(x, y, _)| (x[0], x[1], *y)).collect();
-                let scales: Vec<f64> = rows.iter().map(|r| r.2).collect();
-                let (fixed, per_layer) = weighted_least_squares(&two, &scales);
-                [fixed, per_layer, 0.0]
-            }
-        };
+        let (memory_terms, [memory_fixed_mib, memory_per_layer_mib, memory_per_weighted_layer_mib], loo) =
+            fit_memory(&networks);
         Ok(Calibration {
             format_version: CALIBRATION_FORMAT,
             device: device.to_string(),
@@ -397,6 +393,9 @@ impl Calibration {
             network_latency_error,
             machine_speed_ratio: None,
             estimator_rules: ESTIMATOR_RULES,
+            engine_structure: None,
+            memory_terms: memory_terms.to_string(),
+            memory_leave_one_out_pct: loo,
             networks,
         })
     }
@@ -682,6 +681,60 @@ fn fit_dense_weights(layers: &[&DenseLayerPoint]) -> (f64, f64, f64) {
 
 /// Minimise Σ ((b·x − y) / s)² over b for rows (x, y, s) by the normal equations; `None` when they are
 /// (nearly) singular.
+/// Memory: measured - predicted ≈ fixed (+ per_layer · layers + per_weighted · weighted layers), weights
+/// 1 / measured². Both forms are fitted; the one whose leave-one-out median |error| is lower is kept (the
+/// constant on a tie): per-layer terms stand in for per-layer bytes the estimate does not count, and once the
+/// engine's structure is counted ([`super::structure`]) they mostly fit noise. Returns the choice, its
+/// coefficients and each form's leave-one-out median |error| in percent.
+fn fit_memory(networks: &[CalibrationPoint]) -> (&'static str, [f64; 3], Vec<(String, f64)>) {
+    let rows: Vec<([f64; 3], f64, f64)> = networks
+        .iter()
+        .map(|p| {
+            let x = [1.0, p.executing_layers as f64, p.weighted_layers as f64];
+            (x, p.measured_peak_memory_mib - p.predicted_peak_memory_mib, p.measured_peak_memory_mib)
+        })
+        .collect();
+    let fixed = |rows: &[([f64; 3], f64, f64)]| {
+        let (mut sw, mut swy) = (0.0, 0.0);
+        for (_, y, s) in rows {
+            sw += 1.0 / (s * s);
+            swy += y / (s * s);
+        }
+        [if sw > 0.0 { swy / sw } else { 0.0 }, 0.0, 0.0]
+    };
+    let with_layers = |rows: &[([f64; 3], f64, f64)]| match solve_weighted(rows) {
+        Some(b) => b,
+        // With the columns (nearly) dependent (e.g. every layer weighted), the weighted term is 0.
+        None => {
+            let two: Vec<(f64, f64, f64)> = rows.iter().map(|(x, y, _)| (x[0], x[1], *y)).collect();
+            let scales: Vec<f64> = rows.iter().map(|r| r.2).collect();
+            let (fixed, per_layer) = weighted_least_squares(&two, &scales);
+            [fixed, per_layer, 0.0]
+        }
+    };
+    let leave_one_out = |fit: &dyn Fn(&[([f64; 3], f64, f64)]) -> [f64; 3]| {
+        let mut errors: Vec<f64> = (0..rows.len())
+            .map(|out| {
+                let others: Vec<([f64; 3], f64, f64)> =
+                    rows.iter().enumerate().filter(|&(i, _)| i != out).map(|(_, r)| *r).collect();
+                let b = fit(&others);
+                let (x, y, measured) = rows[out];
+                let predicted_gap = b[0] * x[0] + b[1] * x[1] + b[2] * x[2];
+                100.0 * (predicted_gap - y).abs() / measured
+            })
+            .collect();
+        errors.sort_by(f64::total_cmp);
+        errors.get(errors.len() / 2).copied().unwrap_or(f64::INFINITY)
+    };
+    let (loo_fixed, loo_layers) = (leave_one_out(&fixed), leave_one_out(&with_layers));
+    let loo = vec![("fixed".to_string(), loo_fixed), ("fixed+layers".to_string(), loo_layers)];
+    if loo_layers < loo_fixed {
+        ("fixed+layers", with_layers(&rows), loo)
+    } else {
+        ("fixed", fixed(&rows), loo)
+    }
+}
+
 fn solve_weighted(rows: &[([f64; 3], f64, f64)]) -> Option<[f64; 3]> {
     let mut a = [[0.0f64; 4]; 3];
     for (x, y, s) in rows {
@@ -758,6 +811,38 @@ mod tests {
             residual_adds: vec![],
             weight_mib: 10.0 * layers as f64,
         }
+    }
+
+    #[test]
+    fn per_layer_memory_terms_are_kept_only_when_they_predict_networks_left_out_better() {
+        // Per-layer bytes the estimate misses: the per-layer terms recover them, and predict each network from
+        // the others exactly (the constant alone cannot).
+        let counted: Vec<CalibrationPoint> = [(10, 5.0), (40, 20.0), (80, 60.0), (150, 90.0), (300, 200.0)]
+            .iter()
+            .enumerate()
+            .map(|(i, &(layers, mib))| point(&format!("n{i}"), layers, 1.0, mib))
+            .collect();
+        let fitted = Calibration::fit("dev", "learned", "fp", counted, None).unwrap();
+        assert_eq!(fitted.memory_terms, "fixed+layers", "{fitted:?}");
+        assert!(fitted.memory_leave_one_out_pct.iter().any(|(t, pct)| t == "fixed+layers" && *pct < 1e-6));
+        // Once the estimate counts them, what is left is a constant and noise that has nothing to do with the
+        // layer counts: per-layer terms would fit the noise, and lose in the leave-one-out.
+        let noise = [0.02, -0.03, 0.01, 0.04, -0.02, 0.03, -0.01];
+        let left: Vec<CalibrationPoint> =
+            [(10, 5.0), (40, 20.0), (80, 60.0), (150, 90.0), (300, 200.0), (60, 30.0), (20, 8.0)]
+                .iter()
+                .zip(noise)
+                .enumerate()
+                .map(|(i, (&(layers, mib), e))| CalibrationPoint {
+                    measured_peak_memory_mib: mib + 0.25 + e,
+                    ..point(&format!("n{i}"), layers, 1.0, mib)
+                })
+                .collect();
+        let fitted = Calibration::fit("dev", "learned", "fp", left, None).unwrap();
+        assert_eq!(fitted.memory_terms, "fixed", "{fitted:?}");
+        let c = fitted.correction;
+        assert_eq!((c.memory_per_layer_mib, c.memory_per_weighted_layer_mib), (0.0, 0.0));
+        assert!((c.memory_fixed_mib - 0.25).abs() < 0.03, "{c:?}");
     }
 
     #[test]

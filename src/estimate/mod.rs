@@ -33,6 +33,7 @@ pub mod calibration;
 pub mod memory;
 pub mod outliers;
 pub mod report;
+pub mod structure;
 pub mod validate;
 
 use crate::collect::profile::DeviceProfile;
@@ -215,10 +216,16 @@ struct Held {
 }
 
 impl Prediction {
-    fn held(&self, config: &LayerConfig, cost: &LayerCost) -> Held {
+    /// `models_tract`: the models describe tract ([`Method::models_tract`]).
+    fn held(&self, config: &LayerConfig, cost: &LayerCost, models_tract: bool) -> Held {
         let (weight_bytes, plan_bytes) = match self.weight_bytes {
             // Packed weights mean the models are tract's on this machine: so is its plan.
             Some(bytes) => (bytes, crate::engine::packing::tract_plan_bytes(config)),
+            // tract folds a batch norm's four vectors (scale, shift, mean, variance) into a multiply and an add
+            // by one vector each.
+            None if models_tract && matches!(config.op, Op::BatchNorm) => {
+                (cost.weight_elems / 2 * BYTES_PER_ELEMENT, 0)
+            }
             None => (cost.weight_elems * BYTES_PER_ELEMENT, 0),
         };
         let workspace_bytes = self.memory_mib.map(|m| {
@@ -259,6 +266,8 @@ pub struct Estimator {
     trained_elsewhere: Option<String>,
     /// Whether learned per-layer predictions are remembered per thread ([`Estimator::with_layer_cache`]).
     layer_cache: bool,
+    /// What the engine keeps per layer besides weights, by kind ([`structure`]): counted as resident.
+    structure: Option<structure::EngineStructure>,
 }
 
 impl Estimator {
@@ -295,6 +304,7 @@ impl Estimator {
                         Calibration::path(models_dir, device).display()
                     ));
                 }
+                estimator.structure = c.engine_structure.clone();
                 estimator.calibration = Some(c);
             } else {
                 estimator.calibration_note = Some(format!(
@@ -306,11 +316,30 @@ impl Estimator {
         Ok(estimator)
     }
 
-    /// The same estimator without its whole-network calibration (raw sums of the layer predictions).
+    /// The same estimator without its whole-network calibration (raw sums of the layer predictions), nor the
+    /// engine structure measured with it.
     pub fn without_calibration(mut self) -> Estimator {
         self.calibration = None;
         self.calibration_note = None;
+        self.structure = None;
         self
+    }
+
+    /// Count what the engine keeps per layer besides weights ([`structure`]) as resident memory.
+    pub fn with_engine_structure(mut self, structure: Option<structure::EngineStructure>) -> Estimator {
+        self.structure = structure;
+        self
+    }
+
+    /// The engine structure counted as resident, if any.
+    pub fn engine_structure(&self) -> Option<&structure::EngineStructure> {
+        self.structure.as_ref()
+    }
+
+    /// Whether the learned models describe tract here (see [`Method::models_tract`]): what the engine structure
+    /// is measured for.
+    pub fn models_tract(&self) -> bool {
+        self.method.models_tract()
     }
 
     /// The machine the learned models were trained on, when it is not this one: their latency does not describe
@@ -340,6 +369,7 @@ impl Estimator {
             calibration_note: None,
             trained_elsewhere: None,
             layer_cache: true,
+            structure: None,
         }
     }
 
@@ -429,7 +459,9 @@ impl Estimator {
             let part_config = LayerConfig { input_shapes: vec![part.clone()], ..config.clone() };
             let cost = part_config.cost()?;
             let Some(p) = self.method.predict(&part_config, &cost, self.layer_cache)? else { return Ok(None) };
-            let Some(workspace) = p.held(&part_config, &cost).workspace_bytes else { return Ok(None) };
+            let Some(workspace) = p.held(&part_config, &cost, self.method.models_tract()).workspace_bytes else {
+                return Ok(None);
+            };
             largest = largest.max(workspace);
         }
         Ok(Some(largest.saturating_add(output_bytes)))
@@ -448,18 +480,15 @@ impl Estimator {
             }
         }
         let total_flops = analysis.total_flops();
+        let models_tract = self.method.models_tract();
         // The network's f32 weights as the calibration counts them (before any engine layout).
         let network_weight_bytes: u64 = analysis.costs.iter().map(|c| c.weight_elems * BYTES_PER_ELEMENT).sum();
         let correction = self.calibration.as_ref().map(|c| c.correction);
         let mut fused_into: Vec<Option<usize>> = vec![None; n];
         let padding_into = padding_fused_into(net, &analysis.sources, &consumers);
-        let (concat_read_by, reads_concat) = if self.method.models_tract() {
-            unmaterialised_concats(net, &analysis)
-        } else {
-            (vec![None; n], vec![None; n])
-        };
-        let add_fused_into =
-            if self.method.models_tract() { residual_adds_fused(net, &analysis, &consumers) } else { vec![None; n] };
+        let (concat_read_by, reads_concat) =
+            if models_tract { unmaterialised_concats(net, &analysis) } else { (vec![None; n], vec![None; n]) };
+        let add_fused_into = if models_tract { residual_adds_fused(net, &analysis, &consumers) } else { vec![None; n] };
         let mut fused_add_of: Vec<Option<usize>> = vec![None; n];
         for (add, fused) in add_fused_into.iter().enumerate() {
             if let Some((conv, _)) = fused {
@@ -474,6 +503,8 @@ impl Estimator {
         let mut uncovered = Vec::new();
         let (mut missing_power, mut missing_memory) = (0usize, 0usize);
         let mut all_weight_bytes = 0u64;
+        // What the engine keeps per layer besides weights and tables ([`structure`]); signed (see there).
+        let mut structure_bytes = 0.0f64;
         for (i, layer) in net.layers.iter().enumerate() {
             let layer_type = layer.op.layer_type();
             let cost = &analysis.costs[i];
@@ -503,22 +534,28 @@ impl Estimator {
                 fused_into[i] = Some(conv);
                 row.predictor = format!("fused:{}", net.layers[conv].name);
                 false
-            } else if let Some(owner) =
-                fusion_owner(net, &analysis.sources, &consumers, &fused_into, i, self.method.models_tract())
-            {
+            } else if let Some(owner) = fusion_owner(net, &analysis.sources, &consumers, &fused_into, i, models_tract) {
                 fused_into[i] = Some(owner);
                 row.predictor = format!("fused:{}", net.layers[owner].name);
                 false
             } else {
                 let config = analysis.config(net, i);
+                // Measured alone, the layer's memory includes its part of the engine's plan: resident here.
+                let structure = self.structure.as_ref().map_or(0.0, |s| {
+                    let per_product = s.bytes(structure_kind(net, &analysis.sources, &consumers, &steps, i, &config));
+                    // Over a concat tract never builds, one product per part.
+                    let products = reads_concat[i].map_or(1, |concat| analysis.sources[concat].len().max(1));
+                    per_product * products as f64
+                });
+                structure_bytes += structure;
                 let prediction =
                     self.method.predict(&config, cost, self.layer_cache).map_err(|e| layer_error(net, i, e))?;
                 match prediction {
                     Some(p) => {
-                        let held = p.held(&config, cost);
+                        let held = p.held(&config, cost, models_tract);
                         (weight_bytes, plan_bytes) = (held.weight_bytes, held.plan_bytes);
                         match held.workspace_bytes {
-                            Some(bytes) => workspace_bytes = bytes,
+                            Some(bytes) => workspace_bytes = bytes.saturating_sub(structure.max(0.0) as u64),
                             None => missing_memory += 1,
                         }
                         row.latency_ms = Some(p.latency_ms);
@@ -594,6 +631,11 @@ impl Estimator {
             }
             if executes {
                 all_weight_bytes += weight_bytes + plan_bytes;
+            } else if let (Some(_), Some(s)) = (fused_into[i], &self.structure) {
+                // A batch norm folded into the product before it, or an activation or add it computes.
+                let kind =
+                    if layer_type == LayerType::BatchNorm { structure::FUSED_BATCH_NORM } else { structure::FUSED };
+                structure_bytes += s.bytes(kind);
             }
             let in_place = executes && computes_in_place(&layer.op);
             let packs_input = executes && copies_input_when_packing(&layer.op) && reads_concat[i].is_none();
@@ -623,7 +665,8 @@ impl Estimator {
         } else {
             &analysis.sources
         };
-        let in_use = memory::in_use_bytes(sources, &steps, input_bytes, all_weight_bytes);
+        let resident_bytes = (all_weight_bytes as f64 + structure_bytes).max(0.0) as u64;
+        let in_use = memory::in_use_bytes(sources, &steps, input_bytes, resident_bytes);
         let mut peak: Option<(usize, u64)> = None;
         for (i, (row, bytes)) in layers.iter_mut().zip(&in_use).enumerate() {
             row.in_use_mib = bytes.map(|b| b as f64 / MIB);
@@ -633,7 +676,7 @@ impl Estimator {
                 }
             }
         }
-        let mut peak_memory_mib = peak.map_or(all_weight_bytes, |(_, b)| b) as f64 / MIB;
+        let mut peak_memory_mib = peak.map_or(resident_bytes, |(_, b)| b) as f64 / MIB;
         let peak_memory_layer = peak.map(|(i, _)| layers[i].name.clone());
         if let Some(c) = correction {
             let timed: Vec<&LayerEstimate> = layers
@@ -653,6 +696,7 @@ impl Estimator {
             energy_mj: self.has_power.then(|| layers.iter().filter_map(|l| l.energy_mj).sum()),
             peak_memory_mib,
             peak_memory_layer,
+            resident_memory_mib: (resident_bytes + input_bytes) as f64 / MIB,
             memory_two_largest_mib: executed.iter().take(2).sum(),
             memory_two_mean_mib: if executed.is_empty() {
                 0.0
@@ -917,6 +961,34 @@ fn residual_adds_fused(net: &Network, analysis: &Analysis, consumers: &[u32]) ->
 
 /// Element-wise layers the engine computes into an input buffer it owns (tract does for uniquely owned inputs);
 /// softmax needs its input while it writes (a max and a sum first), so it gets a new buffer.
+/// The structure kind of executing layer `i` ([`structure::kind_of`]), or [`structure::CHAINED`] for a batch
+/// norm or a max/min-type activation whose input is an executing element-wise layer that only it reads: tract
+/// runs such a run of operations as one `OptBinChain` node (`Mul+Max` for a batch norm and its ReLU, `Add+Max`
+/// for a residual add and its ReLU), so only the first of them costs a node.
+fn structure_kind(
+    net: &Network,
+    sources: &[Vec<Source>],
+    consumers: &[u32],
+    steps: &[Step],
+    i: usize,
+    config: &LayerConfig,
+) -> &'static str {
+    let chains = |op: &Op| match op {
+        Op::BatchNorm | Op::Add | Op::Multiply => true,
+        Op::Activation(a) => fuses_into_kernel(*a),
+        _ => false,
+    };
+    let unary_follower = matches!(net.layers[i].op, Op::BatchNorm | Op::Activation(_));
+    if unary_follower && chains(&net.layers[i].op) {
+        if let Some(&Source::Layer(j)) = sources[i].first() {
+            if steps.get(j).is_some_and(|s| s.executes) && consumers[j] == 1 && chains(&net.layers[j].op) {
+                return structure::CHAINED;
+            }
+        }
+    }
+    structure::kind_of(config)
+}
+
 fn computes_in_place(op: &Op) -> bool {
     match op {
         Op::Activation(a) => *a != Activation::Softmax,
@@ -1032,6 +1104,10 @@ pub struct Totals {
     pub peak_memory_mib: f64,
     /// The layer running when memory peaks in the liveness walk (null for a network without executing layers).
     pub peak_memory_layer: Option<String>,
+    /// What stays allocated for the whole run, before calibration: the engine's weights and plan tables, its
+    /// per-layer structure when measured ([`structure`]), and the input (`perfmodel bench` measures the same
+    /// before the first run).
+    pub resident_memory_mib: f64,
     /// The paper's rule: sum of the two largest layer memory estimates.
     pub memory_two_largest_mib: f64,
     /// The paper's rule: twice the mean layer memory estimate.
@@ -1103,6 +1179,46 @@ mod tests {
     fn estimator_is_send_and_sync() {
         fn check<T: Send + Sync>() {}
         check::<Estimator>();
+    }
+
+    #[test]
+    fn the_engine_s_structure_is_resident_for_every_layer_that_runs_or_is_fused() {
+        let net = Network::from_json_str(TINY, "tiny.json").unwrap();
+        let kib = |k: f64| k * 1024.0;
+        let table = structure::EngineStructure {
+            engine: "test".to_string(),
+            bytes_per_layer: [
+                ("conv2d:lazy", 16.0),
+                (structure::FUSED_BATCH_NORM, 4.0),
+                (structure::FUSED, 2.0),
+                ("max_pool2d", 1.0),
+                ("dense", 8.0),
+                ("activation", 0.5),
+                ("batch_norm", 100.0),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), kib(v)))
+            .collect(),
+        };
+        let plain = paleo().estimate(&net).unwrap();
+        let measured = paleo().with_engine_structure(Some(table)).estimate(&net).unwrap();
+        // c1 (a lazy im2col 3×3), its folded batch norm and fused ReLU, the pool, the dense layer and the softmax;
+        // the flatten is free, and no batch norm runs on its own.
+        let extra = kib(16.0 + 4.0 + 2.0 + 1.0 + 8.0 + 0.5) / MIB;
+        let resident = measured.total.resident_memory_mib - plain.total.resident_memory_mib;
+        assert!((resident - extra).abs() < 1e-9, "{resident} MiB more resident, expected {extra}");
+        // Resident for the whole run: every step holds it, the peak too.
+        for (layer, before) in measured.layers.iter().zip(&plain.layers) {
+            if let (Some(a), Some(b)) = (layer.in_use_mib, before.in_use_mib) {
+                assert!((a - b - extra).abs() < 1e-9, "{}: {a} vs {b}", layer.name);
+            }
+        }
+        assert!((measured.total.peak_memory_mib - plain.total.peak_memory_mib - extra).abs() < 1e-9);
+        // Without a structure: the weights of the layers that run (the folded batch norm's are in c1's), the input.
+        let costs = net.analyze().unwrap().costs;
+        let weights: u64 = [0, 5].iter().map(|&i| costs[i].weight_elems * BYTES_PER_ELEMENT).sum();
+        let input = 3 * 8 * 8 * BYTES_PER_ELEMENT;
+        assert!((plain.total.resident_memory_mib - (weights + input) as f64 / MIB).abs() < 1e-9, "{plain:?}");
     }
 
     #[test]
