@@ -346,6 +346,12 @@ fn validate_and_outliers_benchmark_the_network_for_real() {
     assert!(close(n["latency_error_pct"].as_f64().unwrap(), 100.0 * (predicted - measured) / measured));
     assert!(close(v["median_abs_latency_error_pct"].as_f64().unwrap(), n["latency_error_pct"].as_f64().unwrap().abs()));
     assert!(n["measured_peak_memory_mib"].as_f64().unwrap() > 0.0);
+    // The resident part on both sides: tract holds at least the input (3×8×8 f32) and the estimate counts the
+    // input and the f32 weights of c1 and d (4×3×3×3 + 4 and 64×10 + 10) of the test store's models.
+    let input_mib = (3 * 8 * 8 * 4) as f64 / (1024.0 * 1024.0);
+    let weights_mib = ((4 * 27 + 4 + 64 * 10 + 10) * 4) as f64 / (1024.0 * 1024.0);
+    assert!(n["measured_resident_memory_mib"].as_f64().unwrap() > input_mib, "{v}");
+    assert!(close(n["predicted_resident_memory_mib"].as_f64().unwrap(), input_mib + weights_mib), "{v}");
     // The models carry no nominal speed-probe time: no errors at nominal speed, said on stderr, not an error.
     assert!(v["speed_probe"].is_null() && n["latency_error_at_nominal_pct"].is_null(), "{v}");
     // Each network's memory is measured as in a fresh process: a bigger network run first in the same process

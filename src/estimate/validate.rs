@@ -20,6 +20,10 @@ pub struct NetworkError {
     pub measured_peak_memory_mib: f64,
     pub predicted_peak_memory_mib: f64,
     pub memory_error_pct: f64,
+    /// What the built network held before its first run (weights, plan, input) and what the estimate counts as
+    /// resident: the part of a peak-memory error that is not the liveness walk's. Null when not measured.
+    pub measured_resident_memory_mib: Option<f64>,
+    pub predicted_resident_memory_mib: f64,
     /// Layers nothing could predict (their time is missing from the prediction).
     pub uncovered_layers: usize,
     /// The measured latency brought to the nominal speed of the device's data (see
@@ -67,6 +71,8 @@ impl NetworkError {
             measured_peak_memory_mib: measured.total.peak_memory_mib,
             predicted_peak_memory_mib: estimate.total.peak_memory_mib,
             memory_error_pct: pct(estimate.total.peak_memory_mib, measured.total.peak_memory_mib),
+            measured_resident_memory_mib: measured.total.resident_memory_mib,
+            predicted_resident_memory_mib: estimate.total.resident_memory_mib,
             uncovered_layers: estimate.uncovered.len(),
             measured_latency_at_nominal_ms: None,
             latency_error_at_nominal_pct: None,
