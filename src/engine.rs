@@ -121,24 +121,28 @@ impl TractExecutor {
     }
 
     /// Heap bytes the built network holds before its first run (optimised plan, packed weights, plan tables,
-    /// its input), measured on a fresh thread with the counting allocator; `None` when that allocator is not
-    /// installed (the library linked into another program).
+    /// its input): what dropping the built workload gives back to the counting allocator, so tables that tract
+    /// builds once per process or thread while building are left out. The counter is process-wide: other threads
+    /// must not allocate meanwhile. `None` when that allocator is not installed (the library linked into
+    /// another program). Includes perfmodel's own map from tract nodes to layers (about 100 bytes a node), as
+    /// `bench`'s resident figure does.
     pub fn resident_bytes(&self, network: &Network) -> Result<Option<u64>> {
-        if !crate::collect::alloc::is_installed() {
+        use crate::collect::alloc;
+        if !alloc::is_installed() {
             return Ok(None);
         }
         std::thread::scope(|scope| {
-            scope
-                .spawn(|| {
-                    let before = crate::collect::alloc::current_bytes();
+            let build = std::thread::Builder::new().name("perfmodel-resident".to_string());
+            let handle = build
+                .spawn_scoped(scope, || -> Result<Option<u64>> {
                     let workload = self.network_workload(network)?;
-                    let after = crate::collect::alloc::current_bytes();
+                    let held = alloc::current_bytes();
                     drop(workload);
-                    Ok(Some(after.saturating_sub(before) as u64))
+                    Ok(Some(held.saturating_sub(alloc::current_bytes()) as u64))
                 })
-                .join()
+                .map_err(|e| Error::Executor(format!("network '{}': cannot start a thread: {e}", network.name)))?;
+            handle.join().map_err(|_| Error::Executor(format!("network '{}': building it panicked", network.name)))?
         })
-        .map_err(|_| Error::Executor(format!("network '{}': building it panicked", network.name)))?
     }
 }
 

@@ -107,21 +107,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // Exactly what `perfmodel estimate` computes (bandwidth-priced cheap layers included), before calibration.
     let dirs = Dirs { models: &models, data: &data, collectors: &collectors };
     let estimator = Estimator::open_method("learned", &args.device, &dirs)?.without_calibration();
-    // What tract keeps per layer besides weights, measured here by probe networks: the estimates below count
-    // it, and so will every estimate this calibration applies to. Only for models of tract on this machine.
-    let structure = if estimator.models_tract() && estimator.trained_elsewhere().is_none() {
-        eprintln!("measuring the engine's per-layer structure ({} probe networks)", 2 * structure::probes().len());
-        let structure = structure::measure(&perfmodel::engine::TractExecutor::new(1)?, &estimator)?;
-        if structure.is_none() {
-            eprintln!(
-                "note: heap use cannot be counted in this process; the engine's per-layer structure is not measured"
-            );
-        }
-        structure
-    } else {
-        None
-    };
-    let estimator = estimator.with_engine_structure(structure.clone());
     let Method::Learned(store) = estimator.method() else { unreachable!("the learned method has a model store") };
     let fingerprint = models_fingerprint(store.manifest());
     let nets = if args.nets.is_empty() {
@@ -156,6 +141,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.device
         );
     }
+    // What tract keeps per layer besides weights, measured here by probe networks: the estimates below count
+    // it, and so will every estimate this calibration applies to. Only for models of tract on this machine.
+    let structure = if estimator.models_tract() && estimator.trained_elsewhere().is_none() {
+        eprintln!("measuring the engine's per-layer structure ({} probe networks)", 2 * structure::probes().len());
+        let structure = structure::measure(&perfmodel::engine::TractExecutor::new(1)?, &estimator)?;
+        if structure.is_none() {
+            eprintln!(
+                "note: heap use cannot be counted in this process; the engine's per-layer structure is not measured"
+            );
+        }
+        structure
+    } else {
+        None
+    };
+    let estimator = estimator.with_engine_structure(structure.clone());
     let nominal = if args.memory_only || args.no_speed_probe { None } else { nominal_probe_ms(&estimator) };
     let plan = RoundPlan { rounds, max_rounds: rounds, block: usize::try_from(args.block).unwrap_or(usize::MAX) };
     let (profiles, readings) = bench_with_speed_probe(&nets, &profile, nominal, plan, warmup)?;

@@ -444,9 +444,13 @@ pub fn tract_plan_bytes(config: &LayerConfig) -> u64 {
 }
 
 /// How tract lowers a convolution layer here ([`ConvShape::lowering`]); `None` for other layers or a shape that
-/// does not validate.
+/// does not validate. Cached per thread: some shapes ask tract-linalg's kernel dispatch, which allocates.
 pub fn conv_lowering(config: &LayerConfig) -> Option<ConvLowering> {
-    conv_shape(config).map(|shape| shape.lowering())
+    thread_local! {
+        static LOWERINGS: RefCell<HashMap<ConvShape, ConvLowering>> = RefCell::new(HashMap::new());
+    }
+    let shape = conv_shape(config)?;
+    Some(cached(&LOWERINGS, shape, CACHE_LIMIT, || shape.lowering()))
 }
 
 fn conv_shape(config: &LayerConfig) -> Option<ConvShape> {

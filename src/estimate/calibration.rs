@@ -3,8 +3,10 @@
 //! The regressors learn layers measured alone: each one looped hot in cache, with the engine's per-run
 //! overhead, in a process that holds only that layer. A whole network differs in ways that are systematic for a
 //! device and engine: layers start with colder caches, every node adds the plan's bookkeeping, and the engine
-//! keeps per-node state (packed weights with their padding, plan structures) resident for the whole run. Each
-//! effect is small per layer but adds up over hundreds of layers, so it is fitted once per device from real
+//! keeps per-node state resident for the whole run. That state is measured, not fitted: `perfmodel calibrate`
+//! builds probe networks with the engine and stores the bytes per layer of each kind with the calibration
+//! ([`super::structure`], [`Calibration::engine_structure`]). The other effects are small per layer but add up
+//! over hundreds of layers, so they are fitted once per device from real
 //! whole-network runs of the zoo's *training* architectures and calibration-only networks (never the holdout
 //! networks that `validate` uses) and applied to every learned estimate:
 //!
@@ -37,10 +39,12 @@
 //!   milliseconds on the add's MiB), with at least [`MIN_RESIDUAL_ADDS`] of them, else 0;
 //! - latency (with `--network-latency` only): each executing layer's prediction `t` (after the dense term)
 //!   becomes `max(0, latency_scale · t + latency_per_layer_ms)`;
-//! - peak memory: `+ memory_fixed_mib + memory_per_layer_mib · executing layers + memory_per_weighted_layer_mib ·
-//!   weighted layers` (conv2d, depthwise, dense: tract lowers each into several nodes that keep packed
-//!   constants and offset tables, where a pooling or an add is one node). With one per-layer term for all,
-//!   leave-one-out over the zoo was off by a median 1.0%; with the weighted layers apart, 0.5%.
+//! - peak memory: `+ memory_fixed_mib`, or `+ memory_fixed_mib + memory_per_layer_mib · executing layers +
+//!   memory_per_weighted_layer_mib · weighted layers` when those terms predict each network better fitted on
+//!   the others (leave-one-out median |error|, [`fit_memory`]; the choice is `memory_terms`). Before the engine's
+//!   structure was measured they stood in for it: on the Zen 5 host they left the zoo at 0.68% left out, and
+//!   ShuffleNet, whose grouped convolutions hold more per layer than the zoo's, at -1.7%. With the structure
+//!   counted the constant alone leaves 0.48% (the per-layer terms 0.54%), and ShuffleNet +0.5%.
 //!
 //! The network latency and memory terms are weighted least-squares fits of the *relative* error over the
 //! networks, so a 1 ms and a 1 s network count alike. The file (`models/<device>/calibration.json`) keeps the networks and their measurements, and the
@@ -59,11 +63,12 @@ pub const CALIBRATION_FILE: &str = "calibration.json";
 /// Bumped when the file's meaning changes.
 pub const CALIBRATION_FORMAT: u32 = 4;
 
-/// Which of the engine's fusions the estimate follows (see `super::residual_adds_fused` and
-/// `super::fusion_owner`), recorded with a calibration: one fitted under other rules still applies, with a note,
-/// since it multiplies layer counts those rules decide. 0: before this was recorded; 1: residual adds inside
-/// convolutions, depthwise and grouped convolutions without their batch norm and activation.
-pub const ESTIMATOR_RULES: u32 = 1;
+/// The rules the estimate follows for the engine (see `super::residual_adds_fused`, `super::fusion_owner` and
+/// [`super::structure`]), recorded with a calibration: one fitted under other rules still applies, with a note,
+/// since its terms were fitted on what those rules counted. 0: before this was recorded; 1: residual adds inside
+/// convolutions, depthwise and grouped convolutions without their batch norm and activation; 2: the engine's
+/// per-layer structure measured and counted as resident, batch norms holding no vector with tract.
+pub const ESTIMATOR_RULES: u32 = 2;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -109,6 +114,9 @@ impl ResidualAddPoint {
         [self.add_mib, self.predicted_ms, self.measured_ms].iter().all(|v| v.is_finite() && *v > 0.0)
     }
 }
+
+/// Most bytes per layer an engine structure may say a kind holds (either way): a plan node is KiB, not MiB.
+pub const MAX_STRUCTURE_BYTES: f64 = 16.0 * MIB;
 
 /// Fewest networks a calibration is fitted on (three memory parameters, and one to spare).
 pub const MIN_NETWORKS: usize = 4;
@@ -480,6 +488,15 @@ impl Calibration {
         if numbers.iter().any(|v| !v.is_finite()) || c.latency_scale <= 0.0 {
             return Err(bad(format!("invalid correction {c:?}")));
         }
+        if let Some(s) = &calibration.engine_structure {
+            let implausible = s.bytes_per_layer.iter().find(|(_, b)| !b.is_finite() || b.abs() > MAX_STRUCTURE_BYTES);
+            if let Some((kind, bytes)) = implausible {
+                return Err(bad(format!(
+                    "engine structure of '{kind}': {bytes} bytes per layer (at most {MAX_STRUCTURE_BYTES} either \
+                     way); rerun 'perfmodel calibrate --device {device}'"
+                )));
+            }
+        }
         let dense = [
             c.dense_weight_ms_per_mib,
             c.dense_weight_floor_mib,
@@ -679,8 +696,6 @@ fn fit_dense_weights(layers: &[&DenseLayerPoint]) -> (f64, f64, f64) {
     best.1
 }
 
-/// Minimise Σ ((b·x − y) / s)² over b for rows (x, y, s) by the normal equations; `None` when they are
-/// (nearly) singular.
 /// Memory: measured - predicted ≈ fixed (+ per_layer · layers + per_weighted · weighted layers), weights
 /// 1 / measured². Both forms are fitted; the one whose leave-one-out median |error| is lower is kept (the
 /// constant on a tie): per-layer terms stand in for per-layer bytes the estimate does not count, and once the
@@ -727,7 +742,12 @@ fn fit_memory(networks: &[CalibrationPoint]) -> (&'static str, [f64; 3], Vec<(St
         errors.get(errors.len() / 2).copied().unwrap_or(f64::INFINITY)
     };
     let (loo_fixed, loo_layers) = (leave_one_out(&fixed), leave_one_out(&with_layers));
-    let loo = vec![("fixed".to_string(), loo_fixed), ("fixed+layers".to_string(), loo_layers)];
+    // Only finite figures are kept (the file is JSON); a form that could not be scored loses.
+    let loo = [("fixed", loo_fixed), ("fixed+layers", loo_layers)]
+        .into_iter()
+        .filter(|(_, pct)| pct.is_finite())
+        .map(|(terms, pct)| (terms.to_string(), pct))
+        .collect();
     if loo_layers < loo_fixed {
         ("fixed+layers", with_layers(&rows), loo)
     } else {
@@ -735,6 +755,8 @@ fn fit_memory(networks: &[CalibrationPoint]) -> (&'static str, [f64; 3], Vec<(St
     }
 }
 
+/// Minimise Σ ((b·x − y) / s)² over b for rows (x, y, s) by the normal equations; `None` when they are
+/// (nearly) singular.
 fn solve_weighted(rows: &[([f64; 3], f64, f64)]) -> Option<[f64; 3]> {
     let mut a = [[0.0f64; 4]; 3];
     for (x, y, s) in rows {

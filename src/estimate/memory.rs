@@ -16,8 +16,10 @@
 //!   constants with the model (tract does), not layer by layer. So are the tables a layer's plan builds
 //!   ([`crate::engine::packing::tract_plan_bytes`]: a lazy im2col's offsets, 0.1 MiB for a 112×112 output):
 //!   measured alone they are part of the layer's memory, in a network they outlive its step. Counted only at
-//!   their own step, ShuffleNet's peak, 20 layers later, came out 0.1 MiB (1%) low.
-//! - While layer `i` executes, memory in use = all weights + all live tensors (its inputs and its output among
+//!   their own step, ShuffleNet's peak, 20 layers later, came out 0.1 MiB (1%) low. So is the engine's plan
+//!   structure per layer ([`super::structure`], when the device's calibration measured it).
+//! - While layer `i` executes, memory in use = everything resident (weights, tables, structure) + all live
+//!   tensors (its inputs and its output among
 //!   them) + its workspace (scratch the engine needs beyond inputs, output and weights, e.g. im2col buffers,
 //!   from the memory predictor).
 //! - An element-wise layer (activation, batch norm, add, multiply) writes its output into an input tensor of the
@@ -74,7 +76,8 @@ fn tensor_of(s: &Source) -> usize {
 
 /// Peak bytes in use over the executing steps. `sources[i]` are the inputs of layer `i` (as in
 /// [`crate::network::Analysis::sources`]), `steps[i]` its sizes, `input_bytes` the network input's size and
-/// `weight_bytes` the weights of all executing layers.
+/// `weight_bytes` what is resident besides the input (the weights and plan tables of all executing layers and
+/// the engine's structure).
 pub fn peak_bytes(sources: &[Vec<Source>], steps: &[Step], input_bytes: u64, weight_bytes: u64) -> u64 {
     in_use_bytes(sources, steps, input_bytes, weight_bytes).into_iter().flatten().max().unwrap_or(weight_bytes)
 }

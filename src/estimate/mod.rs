@@ -221,11 +221,9 @@ impl Prediction {
         let (weight_bytes, plan_bytes) = match self.weight_bytes {
             // Packed weights mean the models are tract's on this machine: so is its plan.
             Some(bytes) => (bytes, crate::engine::packing::tract_plan_bytes(config)),
-            // tract folds a batch norm's four vectors (scale, shift, mean, variance) into a multiply and an add
-            // by one vector each.
-            None if models_tract && matches!(config.op, Op::BatchNorm) => {
-                (cost.weight_elems / 2 * BYTES_PER_ELEMENT, 0)
-            }
+            // perfmodel builds a batch norm with identity statistics (a net.json or an imported ONNX graph
+            // carries no trained values), which tract turns into a multiply by one scalar: no vector is held.
+            None if models_tract && matches!(config.op, Op::BatchNorm) => (0, 0),
             None => (cost.weight_elems * BYTES_PER_ELEMENT, 0),
         };
         let workspace_bytes = self.memory_mib.map(|m| {
@@ -296,12 +294,13 @@ impl Estimator {
             if c.method == "learned" && c.models_fingerprint == fingerprint {
                 if c.estimator_rules != calibration::ESTIMATOR_RULES {
                     estimator.calibration_note = Some(format!(
-                        "{} was fitted when the estimate followed fewer of the engine's fusions (before residual adds \
-                         inside convolutions, and the batch norms and activations after depthwise and grouped \
-                         convolutions as nodes of their own); it is applied, but its terms were fitted on other \
-                         layer counts: rerun 'perfmodel calibrate --device {device}' on the machine its models were \
-                         trained on",
-                        Calibration::path(models_dir, device).display()
+                        "{} was fitted under older estimator rules ({} of {}: the engine's fusions the estimate \
+                         follows, and since rules 2 the engine's per-layer structure measured with it); it is \
+                         applied, but its terms were fitted on what those rules counted: rerun 'perfmodel calibrate \
+                         --device {device}' on the machine its models were trained on",
+                        Calibration::path(models_dir, device).display(),
+                        c.estimator_rules,
+                        calibration::ESTIMATOR_RULES
                     ));
                 }
                 estimator.structure = c.engine_structure.clone();
@@ -523,6 +522,8 @@ impl Estimator {
             let mut workspace_bytes = 0u64;
             // Tables the engine's plan keeps for the whole run (see `tract_plan_bytes`): resident like weights.
             let mut plan_bytes = 0u64;
+            // The layer's own part of the engine's structure, which its measured memory includes.
+            let mut alone_bytes = 0u64;
             let executes = if layer_type.is_free() {
                 row.predictor.push_str("free");
                 false
@@ -540,14 +541,22 @@ impl Estimator {
                 false
             } else {
                 let config = analysis.config(net, i);
-                // Measured alone, the layer's memory includes its part of the engine's plan: resident here.
-                let structure = self.structure.as_ref().map_or(0.0, |s| {
-                    let per_product = s.bytes(structure_kind(net, &analysis.sources, &consumers, &steps, i, &config));
-                    // Over a concat tract never builds, one product per part.
-                    let products = reads_concat[i].map_or(1, |concat| analysis.sources[concat].len().max(1));
-                    per_product * products as f64
-                });
-                structure_bytes += structure;
+                // The layer's part of the engine's plan: measured alone, its memory includes it (`alone`, taken out
+                // of the workspace below); in the network it is resident (`in_network`: a chained follower adds
+                // less, a product over an unbuilt concat is one product per part, and an activation the layer
+                // computes is a fused op or a node of its own).
+                let (alone, in_network) = match &self.structure {
+                    Some(s) => {
+                        let alone = s.bytes(structure::kind_of(&config));
+                        let kind = structure_kind(net, &analysis.sources, &consumers, &steps, i, &config);
+                        let products = reads_concat[i].map_or(1, |concat| analysis.sources[concat].len().max(1));
+                        let activation = own_activation_kind(&layer.op, models_tract).map_or(0.0, |k| s.bytes(k));
+                        (alone, s.bytes(kind) * products as f64 + activation)
+                    }
+                    None => (0.0, 0.0),
+                };
+                alone_bytes = alone.max(0.0) as u64;
+                structure_bytes += in_network;
                 let prediction =
                     self.method.predict(&config, cost, self.layer_cache).map_err(|e| layer_error(net, i, e))?;
                 match prediction {
@@ -555,7 +564,7 @@ impl Estimator {
                         let held = p.held(&config, cost, models_tract);
                         (weight_bytes, plan_bytes) = (held.weight_bytes, held.plan_bytes);
                         match held.workspace_bytes {
-                            Some(bytes) => workspace_bytes = bytes.saturating_sub(structure.max(0.0) as u64),
+                            Some(bytes) => workspace_bytes = bytes.saturating_sub(alone_bytes),
                             None => missing_memory += 1,
                         }
                         row.latency_ms = Some(p.latency_ms);
@@ -585,7 +594,7 @@ impl Estimator {
                             if let Some(bytes) =
                                 self.part_workspace(&config, parts, output_bytes).map_err(|e| layer_error(net, i, e))?
                             {
-                                workspace_bytes = bytes;
+                                workspace_bytes = bytes.saturating_sub(alone_bytes);
                             }
                         }
                     }
@@ -609,7 +618,8 @@ impl Estimator {
                 true
             };
             if executes {
-                row.memory_mib = (io_bytes + weight_bytes + plan_bytes + workspace_bytes) as f64 / MIB;
+                // The layer's whole memory while it runs, as measured alone (its structure back in).
+                row.memory_mib = (io_bytes + weight_bytes + plan_bytes + workspace_bytes + alone_bytes) as f64 / MIB;
                 if let (Some(c), Some(t)) = (correction, row.latency_ms) {
                     let weight_bytes = cost.weight_elems * BYTES_PER_ELEMENT;
                     let t = match fused_add_of[i].filter(|&add| absorbed[add]) {
@@ -696,7 +706,7 @@ impl Estimator {
             energy_mj: self.has_power.then(|| layers.iter().filter_map(|l| l.energy_mj).sum()),
             peak_memory_mib,
             peak_memory_layer,
-            resident_memory_mib: (resident_bytes + input_bytes) as f64 / MIB,
+            resident_memory_mib: resident_bytes.saturating_add(input_bytes) as f64 / MIB,
             memory_two_largest_mib: executed.iter().take(2).sum(),
             memory_two_mean_mib: if executed.is_empty() {
                 0.0
@@ -959,10 +969,27 @@ fn residual_adds_fused(net: &Network, analysis: &Analysis, consumers: &[u32]) ->
     into
 }
 
-/// Element-wise layers the engine computes into an input buffer it owns (tract does for uniquely owned inputs);
-/// softmax needs its input while it writes (a max and a sum first), so it gets a new buffer.
+/// The structure kind of the activation a conv2d, depthwise or dense layer computes itself (exported as a node
+/// after its product): a fused op of an ungrouped product when the engine fuses it ([`fuses_into_kernel`]), a
+/// node of its own otherwise (a softmax, a swish; with tract, anything after a depthwise or grouped
+/// convolution); `None` for a linear one.
+fn own_activation_kind(op: &Op, models_tract: bool) -> Option<&'static str> {
+    let (activation, one_product) = match op {
+        Op::Conv2d(c) => (c.activation, c.groups == 1 || !models_tract),
+        Op::DepthwiseConv2d(d) => (d.activation, !models_tract),
+        Op::Dense(d) => (d.activation, true),
+        _ => return None,
+    };
+    match activation {
+        Activation::Linear => None,
+        a if one_product && fuses_into_kernel(a) => Some(structure::FUSED),
+        _ => Some(LayerType::Activation.as_str()),
+    }
+}
+
 /// The structure kind of executing layer `i` ([`structure::kind_of`]), or [`structure::CHAINED`] for a batch
-/// norm or a max/min-type activation whose input is an executing element-wise layer that only it reads: tract
+/// norm or an activation the engine fuses into products ([`fuses_into_kernel`]: linear, ReLU, ReLU6, leaky
+/// ReLU) whose input is an executing element-wise layer that only it reads: tract
 /// runs such a run of operations as one `OptBinChain` node (`Mul+Max` for a batch norm and its ReLU, `Add+Max`
 /// for a residual add and its ReLU), so only the first of them costs a node.
 fn structure_kind(
@@ -989,6 +1016,8 @@ fn structure_kind(
     structure::kind_of(config)
 }
 
+/// Element-wise layers the engine computes into an input buffer it owns (tract does for uniquely owned inputs);
+/// softmax needs its input while it writes (a max and a sum first), so it gets a new buffer.
 fn computes_in_place(op: &Op) -> bool {
     match op {
         Op::Activation(a) => *a != Activation::Softmax,
@@ -1104,9 +1133,9 @@ pub struct Totals {
     pub peak_memory_mib: f64,
     /// The layer running when memory peaks in the liveness walk (null for a network without executing layers).
     pub peak_memory_layer: Option<String>,
-    /// What stays allocated for the whole run, before calibration: the engine's weights and plan tables, its
-    /// per-layer structure when measured ([`structure`]), and the input (`perfmodel bench` measures the same
-    /// before the first run).
+    /// What stays allocated for the whole run (no calibration term applies to it): the engine's weights and plan
+    /// tables, its per-layer structure when the device's calibration measured it ([`structure`]; not with
+    /// `--uncalibrated`), and the input. `perfmodel bench` measures the same before the first run.
     pub resident_memory_mib: f64,
     /// The paper's rule: sum of the two largest layer memory estimates.
     pub memory_two_largest_mib: f64,
