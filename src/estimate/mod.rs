@@ -547,8 +547,9 @@ impl Estimator {
                 // computes is a fused op or a node of its own).
                 let (alone, in_network) = match &self.structure {
                     Some(s) => {
-                        let alone = s.bytes(structure::kind_of(&config));
-                        let kind = structure_kind(net, &analysis.sources, &consumers, &steps, i, &config);
+                        let own_kind = structure::kind_of(&config);
+                        let alone = s.bytes(own_kind);
+                        let kind = structure_kind(net, &analysis.sources, &consumers, &steps, i, own_kind);
                         let products = reads_concat[i].map_or(1, |concat| analysis.sources[concat].len().max(1));
                         let activation = own_activation_kind(&layer.op, models_tract).map_or(0.0, |k| s.bytes(k));
                         (alone, s.bytes(kind) * products as f64 + activation)
@@ -987,7 +988,8 @@ fn own_activation_kind(op: &Op, models_tract: bool) -> Option<&'static str> {
     }
 }
 
-/// The structure kind of executing layer `i` ([`structure::kind_of`]), or [`structure::CHAINED`] for a batch
+/// The structure kind of executing layer `i` in the network: `own_kind` ([`structure::kind_of`]), or
+/// [`structure::CHAINED`] for a batch
 /// norm or an activation the engine fuses into products ([`fuses_into_kernel`]: linear, ReLU, ReLU6, leaky
 /// ReLU) whose input is an executing element-wise layer that only it reads: tract
 /// runs such a run of operations as one `OptBinChain` node (`Mul+Max` for a batch norm and its ReLU, `Add+Max`
@@ -998,7 +1000,7 @@ fn structure_kind(
     consumers: &[u32],
     steps: &[Step],
     i: usize,
-    config: &LayerConfig,
+    own_kind: &'static str,
 ) -> &'static str {
     let chains = |op: &Op| match op {
         Op::BatchNorm | Op::Add | Op::Multiply => true,
@@ -1013,7 +1015,7 @@ fn structure_kind(
             }
         }
     }
-    structure::kind_of(config)
+    own_kind
 }
 
 /// Element-wise layers the engine computes into an input buffer it owns (tract does for uniquely owned inputs);
