@@ -51,9 +51,11 @@ pub fn table(e: &Estimate) -> String {
     );
     let _ = writeln!(
         out,
-        "peak memory {:.3} MiB (liveness walk{}); paper's rules: two largest layers {:.3} MiB, 2 x mean {:.3} MiB",
+        "peak memory {:.3} MiB (liveness walk{}; {:.3} MiB resident for the whole run); paper's rules: two largest \
+         layers {:.3} MiB, 2 x mean {:.3} MiB",
         t.peak_memory_mib,
         t.peak_memory_layer.as_ref().map_or(String::new(), |l| format!(", while {l} runs")),
+        t.resident_memory_mib,
         t.memory_two_largest_mib,
         t.memory_two_mean_mib
     );
