@@ -244,6 +244,24 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_norm_runs_as_a_trained_one_does_a_multiply_and_an_add_per_channel() {
+        // With identity statistics tract would make it one multiply by a scalar and drop the add; perfmodel
+        // exports per-channel statistics, so the layer tract runs reads a vector for each.
+        let config = LayerConfig::new(Op::BatchNorm, vec![vec![16, 8, 8]], 1);
+        let workload = executor().layer_workload(&config).unwrap();
+        let model = workload.state.model();
+        let ops: Vec<String> = model.nodes().iter().map(|n| n.op().name().to_string()).collect();
+        assert!(!ops.iter().any(|op| op.contains("ByScalar")), "{ops:?}");
+        assert!(ops.iter().any(|op| op.contains("Mul") && op.contains("Add")), "{ops:?}");
+        // The output is the input scaled and shifted per channel: channels differ.
+        let input = workload.inputs[0].to_plain_array_view::<f32>().unwrap().to_owned();
+        let mut workload = workload;
+        let output = workload.run_outputs().unwrap()[0].to_plain_array_view::<f32>().unwrap().to_owned();
+        let ratio = |c: usize| output[[0, c, 0, 0]] / input[[0, c, 0, 0]];
+        assert!((0..16).any(|c| (ratio(c) - ratio(0)).abs() > 1e-3), "one scale for every channel");
+    }
+
+    #[test]
     fn several_threads_compute_what_one_thread_computes() {
         // Large enough that tract's matmul dispatcher actually splits the work across the pool.
         let config = LayerConfig::new(Op::Conv2d(Conv2d::new(128, [3, 3])), vec![vec![64, 40, 40]], 2);

@@ -67,7 +67,7 @@ pub const CALIBRATION_FORMAT: u32 = 4;
 /// [`super::structure`]), recorded with a calibration: one fitted under other rules still applies, with a note,
 /// since its terms were fitted on what those rules counted. 0: before this was recorded; 1: residual adds inside
 /// convolutions, depthwise and grouped convolutions without their batch norm and activation; 2: the engine's
-/// per-layer structure measured and counted as resident, batch norms holding no vector with tract.
+/// per-layer structure measured and counted as resident, batch norms holding a scale and a shift with tract.
 pub const ESTIMATOR_RULES: u32 = 2;
 
 const MIB: f64 = 1024.0 * 1024.0;

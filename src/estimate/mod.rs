@@ -221,9 +221,11 @@ impl Prediction {
         let (weight_bytes, plan_bytes) = match self.weight_bytes {
             // Packed weights mean the models are tract's on this machine: so is its plan.
             Some(bytes) => (bytes, crate::engine::packing::tract_plan_bytes(config)),
-            // perfmodel builds a batch norm with identity statistics (a net.json or an imported ONNX graph
-            // carries no trained values), which tract turns into a multiply by one scalar: no vector is held.
-            None if models_tract && matches!(config.op, Op::BatchNorm) => (0, 0),
+            // tract folds a batch norm's four vectors (scale, shift, mean, variance) into a multiply and an add
+            // by one vector each (`OptBinChain(Mul+Add)`).
+            None if models_tract && matches!(config.op, Op::BatchNorm) => {
+                (cost.weight_elems / 2 * BYTES_PER_ELEMENT, 0)
+            }
             None => (cost.weight_elems * BYTES_PER_ELEMENT, 0),
         };
         let workspace_bytes = self.memory_mib.map(|m| {

@@ -320,11 +320,19 @@ impl GraphBuilder {
             }
             Op::Activation(a) => self.activation(name, *a, x, name, true),
             Op::BatchNorm => {
+                // Statistics like a trained network's, one value per channel: with identity ones (scale 1, shift
+                // 0, mean 0, variance 1) tract turns the layer into a multiply by one scalar and drops the add,
+                // which no trained network's batch norm is.
                 let c = channels as i64;
-                let scale = self.const_f32(format!("{name}/scale"), vec![c], vec![1.0; channels]);
-                let bias = self.const_f32(format!("{name}/bias"), vec![c], vec![0.0; channels]);
-                let mean = self.const_f32(format!("{name}/mean"), vec![c], vec![0.0; channels]);
-                let var = self.const_f32(format!("{name}/var"), vec![c], vec![1.0; channels]);
+                let mut per_channel = |low: f32, high: f32| -> Vec<f32> {
+                    (0..channels).map(|_| self.rng.random_range(low..high)).collect()
+                };
+                let (scale_v, bias_v) = (per_channel(0.5, 1.5), per_channel(-0.5, 0.5));
+                let (mean_v, var_v) = (per_channel(-0.5, 0.5), per_channel(0.5, 1.5));
+                let scale = self.const_f32(format!("{name}/scale"), vec![c], scale_v);
+                let bias = self.const_f32(format!("{name}/bias"), vec![c], bias_v);
+                let mean = self.const_f32(format!("{name}/mean"), vec![c], mean_v);
+                let var = self.const_f32(format!("{name}/var"), vec![c], var_v);
                 let attrs = vec![attr_float("epsilon", 1e-3)];
                 self.node(name.to_string(), "BatchNormalization", &[x, &scale, &bias, &mean, &var], name, attrs);
             }
