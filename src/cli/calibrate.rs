@@ -144,8 +144,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // What tract keeps per layer besides weights, measured here by probe networks: the estimates below count
     // it, and so will every estimate this calibration applies to. Only for models of tract on this machine.
     let structure = if estimator.models_tract() && estimator.trained_elsewhere().is_none() {
-        eprintln!("measuring the engine's per-layer structure ({} probe networks)", 2 * structure::probes().len());
-        let structure = structure::measure(&perfmodel::engine::TractExecutor::new(1)?, &estimator)?;
+        let probes = structure::probes();
+        eprintln!("measuring the engine's per-layer structure ({} probe networks)", 2 * probes.len());
+        let structure = structure::measure(&probes, &perfmodel::engine::TractExecutor::new(1)?, &estimator)?;
         if structure.is_none() {
             eprintln!(
                 "note: heap use cannot be counted in this process; the engine's per-layer structure is not measured"

@@ -44,7 +44,8 @@
 //!   the others (leave-one-out median |error|, [`fit_memory`]; the choice is `memory_terms`). Before the engine's
 //!   structure was measured they stood in for it: on the Zen 5 host they left the zoo at 0.68% left out, and
 //!   ShuffleNet, whose grouped convolutions hold more per layer than the zoo's, at -1.7%. With the structure
-//!   counted the constant alone leaves 0.48% (the per-layer terms 0.54%), and ShuffleNet +0.5%.
+//!   counted (and batch norms run per channel) the constant alone leaves 0.29% (the per-layer terms 0.49%), and
+//!   ShuffleNet -0.16%.
 //!
 //! The network latency and memory terms are weighted least-squares fits of the *relative* error over the
 //! networks, so a 1 ms and a 1 s network count alike. The file (`models/<device>/calibration.json`) keeps the networks and their measurements, and the

@@ -332,11 +332,6 @@ impl Estimator {
         self
     }
 
-    /// The engine structure counted as resident, if any.
-    pub fn engine_structure(&self) -> Option<&structure::EngineStructure> {
-        self.structure.as_ref()
-    }
-
     /// Whether the learned models describe tract here (see [`Method::models_tract`]): what the engine structure
     /// is measured for.
     pub fn models_tract(&self) -> bool {
@@ -454,15 +449,14 @@ impl Estimator {
         config: &LayerConfig,
         parts: &[Shape],
         output_bytes: u64,
+        models_tract: bool,
     ) -> std::result::Result<Option<u64>, LayerError> {
         let mut largest = 0u64;
         for part in parts {
             let part_config = LayerConfig { input_shapes: vec![part.clone()], ..config.clone() };
             let cost = part_config.cost()?;
             let Some(p) = self.method.predict(&part_config, &cost, self.layer_cache)? else { return Ok(None) };
-            let Some(workspace) = p.held(&part_config, &cost, self.method.models_tract()).workspace_bytes else {
-                return Ok(None);
-            };
+            let Some(workspace) = p.held(&part_config, &cost, models_tract).workspace_bytes else { return Ok(None) };
             largest = largest.max(workspace);
         }
         Ok(Some(largest.saturating_add(output_bytes)))
@@ -594,8 +588,9 @@ impl Estimator {
                         if let (Some(concat), Some(_)) = (reads_concat[i], held.workspace_bytes) {
                             let parts = &analysis.config(net, concat).input_shapes;
                             let output_bytes = cost.output_elems * BYTES_PER_ELEMENT;
-                            if let Some(bytes) =
-                                self.part_workspace(&config, parts, output_bytes).map_err(|e| layer_error(net, i, e))?
+                            if let Some(bytes) = self
+                                .part_workspace(&config, parts, output_bytes, models_tract)
+                                .map_err(|e| layer_error(net, i, e))?
                             {
                                 workspace_bytes = bytes.saturating_sub(alone_bytes);
                             }

@@ -230,18 +230,19 @@ fn probed_kind(net: &Network) -> Option<&'static str> {
     Some(kind_of(&analysis.config(net, i)))
 }
 
-/// Measure every kind's bytes per layer on this machine: build each probe network with `executor` (tract) and
-/// take off what `estimator` (the device's learned models, without an engine structure) counts as resident for
-/// the same networks. `None` when the counting allocator is not installed (the library inside another program).
-pub fn measure(executor: &TractExecutor, estimator: &Estimator) -> Result<Option<EngineStructure>> {
+/// Measure every kind's bytes per layer on this machine from `probes` ([`probes`]): build each probe network with
+/// `executor` (tract) and take off what `estimator` (the device's learned models, without an engine structure)
+/// counts as resident for the same networks. `None` when the counting allocator is not installed (the library
+/// inside another program).
+pub fn measure(probes: &[Probe], executor: &TractExecutor, estimator: &Estimator) -> Result<Option<EngineStructure>> {
     let mut samples: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
-    for probe in probes() {
-        let resident = |net: &Network| executor.resident_bytes(net).map_err(|e| probe_error(&probe, e));
+    for probe in probes {
+        let resident = |net: &Network| executor.resident_bytes(net).map_err(|e| probe_error(probe, e));
         let (Some(with), Some(without)) = (resident(&probe.with)?, resident(&probe.without)?) else {
             return Ok(None);
         };
         let counted = |net: &Network| -> Result<f64> {
-            Ok(estimator.estimate(net).map_err(|e| probe_error(&probe, e))?.total.resident_memory_mib)
+            Ok(estimator.estimate(net).map_err(|e| probe_error(probe, e))?.total.resident_memory_mib)
         };
         let counted_mib = counted(&probe.with)? - counted(&probe.without)?;
         let layers = (PROBE_UNITS * probe.per_unit) as f64;
