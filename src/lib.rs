@@ -11,6 +11,7 @@
 pub mod collect;
 pub mod cpu_clock;
 pub mod data;
+pub mod device;
 pub mod engine;
 pub mod error;
 pub mod estimate;

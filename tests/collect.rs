@@ -335,3 +335,120 @@ fn missing_configs_file_is_named() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("nope.json"), "{}", text(&out));
     assert!(!Path::new(&s.path("data/tiny/dense.csv")).exists());
 }
+
+/// This host's fingerprint as the profiles record it.
+fn host() -> &'static perfmodel::device::Fingerprint {
+    perfmodel::device::Fingerprint::of_host()
+}
+
+#[test]
+fn another_machines_profile_is_refused_and_nothing_is_written() {
+    let s = Setup::new(&small_mix(), 5.0);
+    let profile = s.path("collectors/tiny.toml");
+    for (fingerprint, expect) in [
+        (
+            format!("[fingerprint]\narch = \"{}\"\nmodel_name = \"Fake CPU 9000\"\n", std::env::consts::ARCH),
+            "make a device for it with 'perfmodel device init NAME'",
+        ),
+        ("[fingerprint]\narch = \"sparc-board\"\nmodel_name = \"Board\"\n".to_string(), "cargo build --release"),
+    ] {
+        let text = format!(
+            "{}\n{fingerprint}",
+            std::fs::read_to_string(&profile).unwrap().split("[fingerprint]").next().unwrap()
+        );
+        std::fs::write(&profile, &text).unwrap();
+        for command in [&["collect"][..], &["collect", "--quick"], &["collect", "--remeasure", "2"]] {
+            let mut c = s.command(&command[1..]);
+            let out = c.output().unwrap();
+            assert_eq!(out.status.code(), Some(2), "{command:?}: {}", text_of(&out));
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("made for another machine") && err.contains(&host().summary()), "{err}");
+            assert!(err.contains(expect) && err.contains("Nothing was measured or written"), "{err}");
+        }
+        let out = Command::new(env!("CARGO_BIN_EXE_perfmodel"))
+            .current_dir(s.dir.path())
+            .args(["calibrate", "--device", "tiny", "--collectors-dir", "collectors", "--models-dir", "models"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", text_of(&out));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("made for another machine"), "{}", text_of(&out));
+        assert!(!s.path("data").exists() && !s.path("models").exists(), "nothing written");
+        assert_eq!(std::fs::read_to_string(&profile).unwrap(), text, "the profile is left as it was");
+    }
+}
+
+fn text_of(out: &Output) -> String {
+    text(out)
+}
+
+#[test]
+fn an_older_profile_records_this_machine_on_its_first_collection() {
+    let s = Setup::new(&[dense(16, 8)], 5.0);
+    let out = s.run(&[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("recorded this machine"), "{}", text(&out));
+    for path in ["collectors/tiny.toml", "data/tiny/profile.toml"] {
+        let written = std::fs::read_to_string(s.path(path)).unwrap();
+        let p = perfmodel::collect::DeviceProfile::parse(&written, "tiny", Path::new(path)).unwrap();
+        assert_eq!(p.fingerprint.as_ref(), Some(host()), "{path}: {written}");
+    }
+    // The profile's own comments survive.
+    assert!(std::fs::read_to_string(s.path("collectors/tiny.toml"))
+        .unwrap()
+        .contains("description = \"tiny test device\""));
+}
+
+#[test]
+fn device_init_writes_a_profile_of_this_host_that_collect_accepts() {
+    let s = Setup::new(&[dense(16, 8)], 5.0);
+    let init = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_perfmodel"))
+            .current_dir(s.dir.path())
+            .args([&["device", "init", "mine", "--collectors-dir", "collectors"][..], extra].concat())
+            .output()
+            .unwrap()
+    };
+    let out = init(&[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let written = std::fs::read_to_string(s.path("collectors/mine.toml")).unwrap();
+    let p = perfmodel::collect::DeviceProfile::parse(&written, "mine", Path::new("mine.toml")).unwrap();
+    assert_eq!(p.fingerprint.as_ref(), Some(host()));
+    assert!(p.peak_gflops.is_some_and(|g| g > 0.1) && p.memory_bandwidth_gbs.is_some_and(|b| b > 0.1), "{written}");
+    assert!(written.contains("Power sensors probed here"), "{written}");
+    // Never overwritten without --force.
+    let again = init(&[]);
+    assert_eq!(again.status.code(), Some(2), "{}", text(&again));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--force"), "{}", text(&again));
+    assert_eq!(std::fs::read_to_string(s.path("collectors/mine.toml")).unwrap(), written);
+    assert!(init(&["--force"]).status.success());
+
+    let out = s.run(&["--device", "mine", "--max-samples", "1"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(s.rows("data/mine").values().flatten().count(), 1, "{}", text(&out));
+}
+
+#[test]
+fn a_quick_collection_then_a_full_one_measures_every_row_once() {
+    let mut configs = small_mix();
+    configs.extend([
+        dense(32, 16),
+        dense(64, 8),
+        json!({"type": "activation", "function": "relu", "input_shapes": [[4, 8, 8]]}),
+    ]);
+    let s = Setup::new(&configs, 5.0);
+    let out = s.run(&["--quick", "--max-samples", "4"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("quick collection"), "{}", text(&out));
+    let quick: Vec<data::Sample> = s.rows("data/tiny").into_values().flatten().collect();
+    assert_eq!(quick.len(), 4, "{}", text(&out));
+    assert!(quick.iter().all(|r| r.batch == 1), "batch size 1 first: {quick:?}");
+    let types: HashSet<LayerType> = quick.iter().map(|r| r.layer_type).collect();
+    assert!(types.len() >= 3, "a cover of the types first: {types:?}");
+
+    let out = s.run(&[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let keys = all_keys(&s.rows("data/tiny"));
+    let unique: HashSet<String> = keys.iter().cloned().collect();
+    assert_eq!(keys.len(), unique.len(), "no row measured twice");
+    assert_eq!(unique, expected_keys(&configs));
+}

@@ -572,6 +572,16 @@ fn a_calibration_fitted_for_these_models_is_applied_and_a_stale_one_is_not() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("calibration.json"));
 }
 
+/// `dir/collectors/DEVICE.toml`: the shipped profile without its machine's fingerprint, so that a test of what
+/// calibrate computes runs on any machine (collecting and calibrating refuse a profile of another machine).
+fn profile_for_any_machine(dir: &Path, device: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut profile = perfmodel::collect::DeviceProfile::load(&root.join("collectors"), device).unwrap();
+    profile.fingerprint = None;
+    std::fs::create_dir_all(dir.join("collectors")).unwrap();
+    std::fs::write(dir.join("collectors").join(format!("{device}.toml")), profile.to_toml().unwrap()).unwrap();
+}
+
 fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
@@ -602,7 +612,20 @@ fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
             .iter()
             .map(|n| root.join(n).to_string_lossy().into_owned())
             .collect();
-    let mut args = vec!["calibrate", "--device", device, "--models-dir", "models", "--rounds", "1", "--warmup", "0"];
+    profile_for_any_machine(dir.path(), device);
+    let mut args = vec![
+        "calibrate",
+        "--device",
+        device,
+        "--models-dir",
+        "models",
+        "--collectors-dir",
+        "collectors",
+        "--rounds",
+        "1",
+        "--warmup",
+        "0",
+    ];
     if trained_here.is_empty() {
         args.push("--allow-other-machine");
     }
@@ -692,8 +715,19 @@ fn calibrate_by_default_runs_the_zoo_and_its_calibration_networks_never_the_hold
     }
     // The sampled configs sit beside the architectures and are not a network.
     std::fs::write(zoo.join("configs.json"), "{\"configs\": []}").unwrap();
-    let mut args =
-        vec!["calibrate", "--device", "local", "--models-dir", "models", "--zoo-dir", "zoo", "--memory-only"];
+    profile_for_any_machine(dir.path(), "local");
+    let mut args = vec![
+        "calibrate",
+        "--device",
+        "local",
+        "--models-dir",
+        "models",
+        "--collectors-dir",
+        "collectors",
+        "--zoo-dir",
+        "zoo",
+        "--memory-only",
+    ];
     // On a machine other than the one `local` was trained on, calibrating it is refused unless asked for, and
     // nothing is written.
     let models = dir.path().join("models");

@@ -19,9 +19,13 @@ pub struct Args {
     /// Override the network's batch size
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     batch: Option<u64>,
-    /// Device profile whose executor threads to use (collectors/NAME.toml); this machine is `local`
-    #[arg(long, default_value = "local")]
-    device: String,
+    /// Device profile whose engine settings (threads) to use (collectors/NAME.toml); bench always measures this
+    /// machine, whichever machine the profile was made for. Default: one thread
+    #[arg(long)]
+    device: Option<String>,
+    /// Directory of device profiles
+    #[arg(long)]
+    collectors_dir: Option<PathBuf>,
     /// Output format: a table, or JSON with keys network, total {latency_ms, peak_memory_mib}, layers
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
@@ -35,8 +39,12 @@ use super::TableOrJson as Format;
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let net = Network::load_with_batch(&args.net, args.batch.map(|b| b as usize))?;
-    let device = DeviceProfile::load(&super::default_dir("collectors"), &args.device)?;
-    let profile = profile_network(&net, device.threads, args.rounds as usize, args.warmup)
+    let collectors = args.collectors_dir.clone().unwrap_or_else(|| super::default_dir("collectors"));
+    let threads = match &args.device {
+        Some(device) => DeviceProfile::load(&collectors, device)?.threads,
+        None => 1,
+    };
+    let profile = profile_network(&net, threads, args.rounds as usize, args.warmup)
         .with_context(|| format!("benchmarking {}", args.net.display()))?;
     if let Some(path) = &args.memory_trace {
         let mut w = csv::Writer::from_writer(Vec::new());

@@ -103,6 +103,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let models = args.models_dir.clone().unwrap_or_else(|| default_dir("models"));
     let collectors = args.collectors_dir.clone().unwrap_or_else(|| default_dir("collectors"));
     let profile = DeviceProfile::load(&collectors, &args.device)?;
+    // The calibration is fitted on this machine's runs: another machine's profile must not receive them.
+    profile.check_host(perfmodel::device::Fingerprint::of_host())?;
     let data = args.data_dir.clone().unwrap_or_else(|| default_dir("data"));
     // Exactly what `perfmodel estimate` computes (bandwidth-priced cheap layers included), before calibration.
     let dirs = Dirs { models: &models, data: &data, collectors: &collectors };

@@ -3,6 +3,7 @@
 use super::default_dir;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
+use perfmodel::collect::profile::HostMatch;
 use perfmodel::collect::{self, CollectOptions, DeviceProfile, Observer, Shard};
 use perfmodel::data::{Sample, Status};
 use perfmodel::engine::TractExecutor;
@@ -26,9 +27,14 @@ pub struct Args {
     /// Stop after measuring this many samples
     #[arg(long)]
     max_samples: Option<usize>,
-    /// Stop starting new measurements after this long (e.g. 90s, 30m, 1h30m)
+    /// Stop starting new measurements after this long (e.g. 90s, 30m, 1h30m); 5m with --quick
     #[arg(long, value_parser = parse_duration)]
     time_budget: Option<Duration>,
+    /// Measure the most informative configs first (a cover of each layer type's configurations, types in
+    /// proportion to their share of the zoo's time, batch size 1 first) and stop after --time-budget (default
+    /// 5m). Rerunning without --quick continues to the full set; no row is measured twice
+    #[arg(long)]
+    quick: bool,
     /// Measure only slice i of n (0-based), e.g. 0/4; default from SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT
     #[arg(long)]
     shard: Option<String>,
@@ -46,6 +52,12 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     seed: u64,
 }
+
+/// A quick collection's time budget unless --time-budget says otherwise.
+const QUICK_BUDGET_S: u64 = 300;
+/// Roofline used to weigh layer types when a profile has none (an x86 core of the development machines).
+const DEFAULT_PEAK_GFLOPS: f64 = 100.0;
+const DEFAULT_BANDWIDTH_GBS: f64 = 20.0;
 
 /// `90`, `90s`, `30m`, `1h30m`, `2h`.
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -139,7 +151,10 @@ impl Observer for Progress {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let collectors_dir = args.collectors_dir.clone().unwrap_or_else(|| default_dir("collectors"));
     let data_dir = args.data_dir.clone().unwrap_or_else(|| default_dir("data"));
-    let profile = DeviceProfile::load(&collectors_dir, &args.device)?;
+    let mut profile = DeviceProfile::load(&collectors_dir, &args.device)?;
+    let host = perfmodel::device::Fingerprint::of_host();
+    // Refused before anything is built or written; an older profile gets this machine recorded below.
+    let host_match = profile.check_host(host)?;
     let executor = TractExecutor::new(profile.threads)?;
     let mut progress = Progress::new();
 
@@ -200,9 +215,35 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(s) => Some(Shard::parse(s)?),
         None => Shard::from_slurm(|k| std::env::var(k).ok())?,
     };
+    if host_match != HostMatch::Recorded && profile.record_host(host)? {
+        progress.note(&format!(
+            "device '{}': recorded this machine in {} ({}); the device is refused on any other",
+            profile.name,
+            profile.path.display(),
+            host.summary()
+        ));
+    }
+    let time_budget = match (args.time_budget, args.quick) {
+        (None, true) => Some(Duration::from_secs(QUICK_BUDGET_S)),
+        (budget, _) => budget,
+    };
     let options =
-        CollectOptions { data_dir, layers, max_samples: args.max_samples, time_budget: args.time_budget, shard };
-    let configs: Vec<_> = set.configs.into_iter().map(|c| c.config).collect();
+        CollectOptions { data_dir, layers, max_samples: args.max_samples, time_budget, shard, quick: args.quick };
+    let configs: Vec<_> = if args.quick {
+        let q = collect::quick::quick_order(
+            &set.configs,
+            profile.peak_gflops.unwrap_or(DEFAULT_PEAK_GFLOPS),
+            profile.memory_bandwidth_gbs.unwrap_or(DEFAULT_BANDWIDTH_GBS),
+        );
+        let shares: Vec<String> = q.shares.iter().map(|(t, s)| format!("{t} {:.0}%", 100.0 * s)).collect();
+        progress.note(&format!(
+            "quick collection: configs of each type in coverage order, types by share: {}",
+            shares.join(", ")
+        ));
+        q.order.iter().map(|&i| set.configs[i].config.clone()).collect()
+    } else {
+        set.configs.into_iter().map(|c| c.config).collect()
+    };
     let summary = collect::collect(&profile, &executor, &configs, &options, &mut progress)?;
     progress.bar.finish_and_clear();
 

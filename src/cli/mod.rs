@@ -8,6 +8,7 @@ mod bench;
 mod calibrate;
 mod collect;
 mod data;
+mod device;
 mod devices;
 mod estimate;
 mod import;
@@ -43,6 +44,9 @@ enum Command {
     Bench(bench::Args),
     /// Measure sampled layer configs on a device
     Collect(collect::Args),
+    /// Make a device for this machine (`device init NAME`), or show this machine's fingerprint
+    #[command(subcommand)]
+    Device(device::Command),
     /// List device profiles and which sensors are available here
     Devices(devices::Args),
     /// Manage collected data (merge shards)
@@ -73,6 +77,7 @@ pub fn main() -> i32 {
         Command::ImportOnnx(a) => import_onnx::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Collect(a) => collect::run(a),
+        Command::Device(c) => device::run(c),
         Command::Devices(a) => devices::run(a),
         Command::Data(c) => data::run(c),
         Command::Train(a) => train::run(a),

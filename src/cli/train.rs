@@ -22,6 +22,9 @@ pub struct Args {
     /// Model store root (models go to MODELS_DIR/DEVICE/); default ./models (or the shipped one)
     #[arg(long)]
     models_dir: Option<PathBuf>,
+    /// Directory of device profiles (whether the device is this machine decides the engine features)
+    #[arg(long)]
+    collectors_dir: Option<PathBuf>,
     /// Only these layer types, comma-separated (default: all with data)
     #[arg(long, value_delimiter = ',')]
     layers: Vec<String>,
@@ -107,12 +110,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // and latency models can see tract's decisions. Only on one thread: the engine features mirror tract's
     // single-thread tile walk (with more threads it splits the product into chunks that share the caches).
     use perfmodel::train::pipeline::HostEngine;
-    options.host_engine =
-        match perfmodel::collect::profile::DeviceProfile::load(&default_dir("collectors"), &args.device) {
-            Ok(p) if p.host && p.executor == "tract" && p.threads == 1 => HostEngine::LayoutsAndTiles,
-            Ok(p) if p.host && p.executor == "tract" => HostEngine::Layouts,
-            _ => HostEngine::Off,
-        };
+    // The engine is asked here, so only for a device whose profile records no other machine than this one.
+    let collectors = args.collectors_dir.clone().unwrap_or_else(|| default_dir("collectors"));
+    let host = perfmodel::device::Fingerprint::of_host();
+    options.host_engine = match perfmodel::collect::profile::DeviceProfile::load(&collectors, &args.device) {
+        Ok(p) if p.check_host(host).is_err() => {
+            eprintln!(
+                "device '{}' was measured on another machine: its models are trained without this machine's \
+                 engine features",
+                args.device
+            );
+            HostEngine::Off
+        }
+        Ok(p) if p.host && p.executor == "tract" && p.threads == 1 => HostEngine::LayoutsAndTiles,
+        Ok(p) if p.host && p.executor == "tract" => HostEngine::Layouts,
+        _ => HostEngine::Off,
+    };
     if options.host_engine == HostEngine::Layouts {
         eprintln!(
             "memory models count dense/conv2d weights and convolution scratch as tract lays them out on this \

@@ -150,6 +150,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             false => v.note(&format!("{}: {note}", with.join(", "))),
         }
     }
+    // bench measures this machine whatever the profile says; the table says when that is another machine.
+    let host = perfmodel::device::Fingerprint::of_host();
+    if let (Err(_), Some(recorded)) = (device.check_host(host), &device.fingerprint) {
+        v.other_machine = Some(format!(
+            "device '{}' was made for {}; the networks ran on this host, {}: the errors are its transfer errors",
+            device.name,
+            recorded.summary(),
+            host.summary()
+        ));
+    }
     if let Some(note) = args.estimator.trained_here_note(&estimator) {
         v.note(&note);
     }
@@ -167,6 +177,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
             let width = v.networks.iter().map(|n| n.network.len()).max().unwrap_or(7).max(7);
             println!("device '{}', method {}", v.device, v.method);
+            if let Some(other) = &v.other_machine {
+                println!("ANOTHER MACHINE: {other}");
+            }
             println!(
                 "{:<width$}  {:>11}  {:>12}  {:>8}  {:>12}  {:>13}  {:>8}",
                 "network", "measured_ms", "predicted_ms", "error_%", "measured_MiB", "predicted_MiB", "error_%"

@@ -8,6 +8,7 @@
 
 pub mod alloc;
 pub mod profile;
+pub mod quick;
 pub mod runner;
 pub mod sensors;
 pub mod speed;

@@ -2,7 +2,8 @@
 //! engine and its threads, batch sizes, the measurement protocol, the power sensors — and the hardware/software
 //! description that is stored next to the data, so a dataset can always be traced to what produced it.
 
-use crate::error::{Error, Result};
+use crate::device::Fingerprint;
+use crate::error::{write_atomic, Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,12 +11,18 @@ use std::path::{Path, PathBuf};
 /// Executors the collector can drive.
 pub const EXECUTORS: [&str; 1] = ["tract"];
 
+/// Executors that run layers on the CPU (whose power a GPU sensor does not measure).
+const CPU_EXECUTORS: [&str; 1] = ["tract"];
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeviceProfile {
     /// File stem of the profile; filled in by [`DeviceProfile::load`].
     #[serde(skip)]
     pub name: String,
+    /// The file it was loaded from (empty for a profile parsed from text); filled in by [`DeviceProfile::load`].
+    #[serde(skip)]
+    pub path: PathBuf,
     pub description: String,
     pub executor: String,
     /// This profile is the machine perfmodel runs on (its data was measured here): estimates may ask this
@@ -40,6 +47,22 @@ pub struct DeviceProfile {
     /// Free-form description of the software (OS, kernel, engine...).
     #[serde(default)]
     pub software: BTreeMap<String, String>,
+    /// The machine the profile measures ([`Fingerprint`]); absent in profiles written before fingerprints,
+    /// partial in board profiles written before the board was seen. Commands that measure for the device
+    /// compare it with this host ([`DeviceProfile::check_host`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<Fingerprint>,
+}
+
+/// How a profile's recorded machine compares with this host, when it does not contradict it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostMatch {
+    /// Every field this host can read is recorded and equal.
+    Recorded,
+    /// The recorded fields are equal, but some are missing: the first collection here fills them in.
+    Partial,
+    /// The profile records no machine: the first collection here records this one.
+    Unrecorded,
 }
 
 /// How one sample is measured.
@@ -165,7 +188,9 @@ impl DeviceProfile {
             });
         }
         let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
-        Self::parse(&text, name, &path)
+        let mut profile = Self::parse(&text, name, &path)?;
+        profile.path = path;
+        Ok(profile)
     }
 
     /// Parse profile text; `path` is only for messages.
@@ -222,6 +247,22 @@ impl DeviceProfile {
                     return Err(bad("power.sensors.unit", &format!("expected \"W\" or \"J\", got \"{unit}\"")));
                 }
             }
+            if matches!(s, SensorSpec::Nvml { .. }) && CPU_EXECUTORS.contains(&p.executor.as_str()) {
+                return Err(bad(
+                    "power.sensors",
+                    &format!(
+                        "an NVML sensor reads an NVIDIA GPU's power, but executor '{}' runs the layers on the CPU: \
+                         a profile may not time one processor and read another's power (a GPU device needs a GPU \
+                         executor; see the README)",
+                        p.executor
+                    ),
+                ));
+            }
+        }
+        if let Some(f) = &p.fingerprint {
+            if f.arch.trim().is_empty() {
+                return Err(bad("fingerprint.arch", "must name the architecture (x86_64, aarch64, ...)"));
+            }
         }
         Ok(p)
     }
@@ -251,10 +292,85 @@ impl DeviceProfile {
         Self::names(collectors_dir)?.iter().map(|n| Self::load(collectors_dir, n)).collect()
     }
 
+    /// Whether this profile may measure on the machine `host`: an error naming both machines when the recorded
+    /// fingerprint contradicts it (with how to run on a board when the profile is for another architecture),
+    /// else how complete the record is.
+    pub fn check_host(&self, host: &Fingerprint) -> Result<HostMatch> {
+        let Some(recorded) = &self.fingerprint else { return Ok(HostMatch::Unrecorded) };
+        let differences = host.differences(recorded);
+        if differences.is_empty() {
+            return Ok(if recorded.is_complete_for(host) { HostMatch::Recorded } else { HostMatch::Partial });
+        }
+        let file = if self.path.as_os_str().is_empty() {
+            format!("{}.toml", self.name)
+        } else {
+            self.path.display().to_string()
+        };
+        let how = if recorded.arch != host.arch {
+            format!(
+                "'{name}' is a profile for a {arch} machine: run perfmodel on that machine itself (install Rust with \
+                 rustup there, copy this repository over, build it with 'cargo build --release' and run \
+                 'target/release/perfmodel collect --device {name}'); to measure this host, make a device for it \
+                 with 'perfmodel device init NAME'",
+                name = self.name,
+                arch = recorded.arch
+            )
+        } else {
+            "this host is another machine: make a device for it with 'perfmodel device init NAME', then \
+             'perfmodel collect --device NAME'"
+                .to_string()
+        };
+        Err(Error::Device {
+            device: self.name.clone(),
+            message: format!(
+                "{file} was made for another machine: {} (this host: {}; differs in {}). Nothing was measured or \
+                 written. {how}",
+                recorded.summary(),
+                host.summary(),
+                differences.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+            ),
+        })
+    }
+
+    /// Record `host` as this profile's machine in its file (keeping the file's comments and layout), after
+    /// [`Self::check_host`] found no contradiction. A no-op when the record is already complete.
+    pub fn record_host(&mut self, host: &Fingerprint) -> Result<bool> {
+        if self.check_host(host)? == HostMatch::Recorded {
+            return Ok(false);
+        }
+        let text = std::fs::read_to_string(&self.path).map_err(|e| Error::io(&self.path, e))?;
+        let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e| Error::Device {
+            device: self.name.clone(),
+            message: format!("{}: {e}", self.path.display()),
+        })?;
+        let table = fingerprint_table(host, &self.name)?;
+        doc.insert("fingerprint", toml_edit::Item::Table(table));
+        let updated = doc.to_string();
+        // What is written must still be this profile, with the host recorded.
+        let mut reread = Self::parse(&updated, &self.name, &self.path)?;
+        reread.path = self.path.clone();
+        write_atomic(&self.path, updated.as_bytes())?;
+        *self = reread;
+        Ok(true)
+    }
+
     /// The profile as TOML, stored beside the collected data.
     pub fn to_toml(&self) -> Result<String> {
         toml::to_string_pretty(self).map_err(|e| Error::Device { device: self.name.clone(), message: e.to_string() })
     }
+}
+
+/// `[fingerprint]` as a TOML table, with a comment saying what it is.
+pub fn fingerprint_table(host: &Fingerprint, device: &str) -> Result<toml_edit::Table> {
+    let text =
+        toml::to_string(host).map_err(|e| Error::Device { device: device.to_string(), message: e.to_string() })?;
+    let doc: toml_edit::DocumentMut =
+        text.parse().map_err(|e| Error::Device { device: device.to_string(), message: format!("fingerprint: {e}") })?;
+    let mut table = doc.as_table().clone();
+    table.decor_mut().set_prefix(
+        "\n# The machine this device measures (perfmodel device fingerprint): collect and calibrate refuse any other.\n",
+    );
+    Ok(table)
 }
 
 #[cfg(test)]
@@ -297,5 +413,60 @@ max_cv = 0.2
         let err = DeviceProfile::load(dir.path(), "c").unwrap_err().to_string();
         assert!(err.contains("known devices: a, b"), "{err}");
         assert_eq!(DeviceProfile::list(dir.path()).unwrap().len(), 2);
+    }
+
+    fn fake_machine() -> Fingerprint {
+        Fingerprint {
+            arch: std::env::consts::ARCH.into(),
+            vendor: Some("NoSuchVendor".into()),
+            model_name: Some("Fake CPU 9000".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn another_machines_profile_is_refused_naming_both_machines() {
+        let host = Fingerprint::of_host();
+        let mut p = DeviceProfile::parse(MINIMAL, "t", Path::new("t.toml")).unwrap();
+        assert_eq!(p.check_host(host).unwrap(), HostMatch::Unrecorded);
+        p.fingerprint = Some(fake_machine());
+        let err = p.check_host(host).unwrap_err().to_string();
+        assert!(err.contains("Fake CPU 9000") && err.contains(&host.summary()), "{err}");
+        assert!(err.contains("device init"), "{err}");
+        p.fingerprint = Some(Fingerprint { arch: "riscv-board".into(), ..Default::default() });
+        let err = p.check_host(host).unwrap_err().to_string();
+        assert!(err.contains("run perfmodel on that machine") && err.contains("cargo build --release"), "{err}");
+        p.fingerprint = Some(Fingerprint { arch: host.arch.clone(), ..Default::default() });
+        assert_eq!(p.check_host(host).unwrap(), HostMatch::Partial);
+        p.fingerprint = Some(host.clone());
+        assert_eq!(p.check_host(host).unwrap(), HostMatch::Recorded);
+    }
+
+    #[test]
+    fn the_host_is_recorded_in_the_file_keeping_its_comments_and_a_foreign_file_is_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!("# keep me\n{MINIMAL}");
+        std::fs::write(dir.path().join("t.toml"), &text).unwrap();
+        let mut p = DeviceProfile::load(dir.path(), "t").unwrap();
+        assert!(p.record_host(Fingerprint::of_host()).unwrap());
+        let written = std::fs::read_to_string(dir.path().join("t.toml")).unwrap();
+        assert!(written.starts_with("# keep me") && written.contains("[fingerprint]"), "{written}");
+        let again = DeviceProfile::load(dir.path(), "t").unwrap();
+        assert_eq!(again.fingerprint.as_ref(), Some(Fingerprint::of_host()));
+        assert_eq!(again, p);
+        assert!(!p.record_host(Fingerprint::of_host()).unwrap(), "already recorded");
+
+        let mut foreign = p.clone();
+        foreign.fingerprint = Some(fake_machine());
+        let before = std::fs::read_to_string(dir.path().join("t.toml")).unwrap();
+        assert!(foreign.record_host(Fingerprint::of_host()).is_err());
+        assert_eq!(std::fs::read_to_string(dir.path().join("t.toml")).unwrap(), before);
+    }
+
+    #[test]
+    fn a_gpu_power_sensor_on_a_cpu_engine_is_refused() {
+        let text = format!("{MINIMAL}\n[power]\nsensors = [{{ kind = \"nvml\" }}]\n");
+        let err = DeviceProfile::parse(&text, "t", Path::new("t.toml")).unwrap_err().to_string();
+        assert!(err.contains("power.sensors") && err.contains("another's power"), "{err}");
     }
 }

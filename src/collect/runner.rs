@@ -90,6 +90,10 @@ pub struct CollectOptions {
     /// Stop starting new measurements after this long.
     pub time_budget: Option<Duration>,
     pub shard: Option<Shard>,
+    /// Measure in the order the configs are given (a [`super::quick::quick_order`]), every config's smallest
+    /// batch size before any config's larger ones, instead of round-robin over layer types. Either way what is
+    /// recorded is skipped, so a quick collection continues into a full one without measuring a row twice.
+    pub quick: bool,
 }
 
 /// Progress reporting, implemented by the command line (progress bar) or a test.
@@ -449,6 +453,13 @@ impl<'a> Meter<'a> {
     }
 }
 
+/// A sample's config without its batch size (the same for every batch size of one config).
+fn config_identity(sample: &Sample) -> String {
+    let mut config = sample.config.clone();
+    config.batch = 1;
+    config.to_json().to_string()
+}
+
 /// Order groups round-robin across layer types, so a time budget yields samples of every type; within a type by
 /// key, a deterministic shuffle, so a budget-limited run is a random subsample rather than the first networks'.
 fn round_robin(groups: Vec<VecDeque<Sample>>) -> VecDeque<VecDeque<Sample>> {
@@ -481,6 +492,8 @@ pub fn collect(
     observer: &mut dyn Observer,
 ) -> Result<Summary> {
     let started = Instant::now();
+    // Another machine's profile would store this machine's timings under its name.
+    profile.check_host(crate::device::Fingerprint::of_host())?;
     let mut device_dir = options.data_dir.join(&profile.name);
     if let Some(shard) = options.shard {
         device_dir = device_dir.join(shard.dir_name());
@@ -531,7 +544,20 @@ pub fn collect(
         })
         .filter(|g| !g.is_empty())
         .collect();
-    let mut queue = round_robin(pending);
+    // Quick: every config's first pending batch size, in the given order, then the rest of each config. The
+    // rest of a config whose first sample fails is dropped, as a failure ends its batch sizes.
+    let mut queue = if options.quick {
+        let (mut firsts, mut rests) = (VecDeque::new(), VecDeque::new());
+        for mut g in pending {
+            let first = g.pop_front().expect("pending groups are not empty");
+            firsts.push_back(VecDeque::from([first]));
+            rests.push_back(g);
+        }
+        let rests = rests.into_iter().filter(|g: &VecDeque<Sample>| !g.is_empty());
+        firsts.into_iter().chain(rests).collect()
+    } else {
+        round_robin(pending)
+    };
     observer.planned(queue.iter().map(|g| g.len()).sum());
 
     let mut meter = Meter::new(profile, executor, observer);
@@ -569,6 +595,11 @@ pub fn collect(
             count += 1;
             if sample.status == Status::Failed {
                 group.clear();
+                if options.quick {
+                    // The rest of the config's batch sizes, queued behind every config's first.
+                    let failed = config_identity(sample);
+                    queue.retain(|g| g.front().is_none_or(|s| config_identity(s) != failed));
+                }
             }
         }
         for (group, sample) in window.into_iter().zip(results).rev() {
@@ -654,6 +685,7 @@ pub fn remeasure(
     seed: u64,
     observer: &mut dyn Observer,
 ) -> Result<Remeasurement> {
+    profile.check_host(crate::device::Fingerprint::of_host())?;
     let stored: Vec<Sample> = data::read_device(data_dir, &profile.name)?
         .into_values()
         .flatten()

@@ -200,6 +200,9 @@ pub struct Validation {
     /// What the reader should know about the figures: the estimates' notes (each once) and why the speed
     /// probe was not compared, if so.
     pub notes: Vec<String>,
+    /// Set when the device's profile was made for another machine than the one the networks ran on (both named):
+    /// the errors are then the transfer error of that device's models to this machine.
+    pub other_machine: Option<String>,
 }
 
 impl Validation {
@@ -219,6 +222,7 @@ impl Validation {
             median_abs_latency_error_at_nominal_pct: None,
             max_abs_latency_error_at_nominal_pct: None,
             notes: Vec::new(),
+            other_machine: None,
             networks,
         }
     }

@@ -1,0 +1,95 @@
+//! `perfmodel device ...`: make a device for this machine, and show what this machine is.
+
+use super::default_dir;
+use perfmodel::collect::profile::HostMatch;
+use perfmodel::collect::DeviceProfile;
+use perfmodel::device::init::{init, InitOptions};
+use perfmodel::device::Fingerprint;
+use std::path::PathBuf;
+
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Write collectors/NAME.toml for this machine: fingerprint, measured roofline, caches, batch sizes and the
+    /// power sensors present here
+    Init(InitArgs),
+    /// Print this machine's fingerprint (TOML) and which device profiles were made for it
+    Fingerprint(FingerprintArgs),
+}
+
+#[derive(clap::Args)]
+pub struct InitArgs {
+    /// Name of the new device (letters, digits, '-' and '_')
+    name: String,
+    /// Engine threads the device measures with
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    threads: u64,
+    /// Engine
+    #[arg(long, default_value = "tract")]
+    executor: String,
+    /// Replace an existing profile of that name
+    #[arg(long)]
+    force: bool,
+    /// Directory of device profiles
+    #[arg(long)]
+    collectors_dir: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct FingerprintArgs {
+    /// Directory of device profiles
+    #[arg(long)]
+    collectors_dir: Option<PathBuf>,
+}
+
+pub fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Init(args) => run_init(args),
+        Command::Fingerprint(args) => run_fingerprint(args),
+    }
+}
+
+fn run_init(args: InitArgs) -> anyhow::Result<()> {
+    let dir = args.collectors_dir.unwrap_or_else(|| default_dir("collectors"));
+    let options = InitOptions::default()
+        .with_threads(usize::try_from(args.threads).unwrap_or(usize::MAX))
+        .with_executor(args.executor)
+        .with_force(args.force);
+    eprintln!("measuring this machine's roofline (a few seconds)...");
+    let done = init(&dir, &args.name, &options)?;
+    let p = &done.profile;
+    println!("wrote {}", done.path.display());
+    println!("  machine      {}", Fingerprint::of_host().summary());
+    println!("  executor     {} on {} thread(s)", p.executor, p.threads);
+    println!(
+        "  roofline     peak {:.1} GFLOP/s ({}), memory bandwidth {:.1} GB/s",
+        done.roofline.peak_gflops, done.roofline.peak_workload, done.roofline.memory_bandwidth_gbs
+    );
+    for s in &done.sensors {
+        match &s.usable {
+            Ok(()) => println!("  power        {}: usable", s.name),
+            Err(why) => println!("  power        {}: not usable: {why}", s.name),
+        }
+    }
+    println!("next: perfmodel collect --device {} --quick    (then train, calibrate)", p.name);
+    Ok(())
+}
+
+fn run_fingerprint(args: FingerprintArgs) -> anyhow::Result<()> {
+    let dir = args.collectors_dir.unwrap_or_else(|| default_dir("collectors"));
+    let host = Fingerprint::of_host();
+    print!("{}", toml::to_string(host)?);
+    println!();
+    println!("# {}", host.summary());
+    for p in DeviceProfile::list(&dir)? {
+        let verdict = match p.check_host(host) {
+            Ok(HostMatch::Recorded) => "made for this machine".to_string(),
+            Ok(HostMatch::Partial) => {
+                "matches what it records of its machine (its first collection here completes it)".into()
+            }
+            Ok(HostMatch::Unrecorded) => "records no machine".into(),
+            Err(_) => format!("another machine: {}", p.fingerprint.as_ref().map(|f| f.summary()).unwrap_or_default()),
+        };
+        println!("# {:<12} {verdict}", p.name);
+    }
+    Ok(())
+}
