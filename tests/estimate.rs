@@ -1115,3 +1115,35 @@ fn the_layer_cache_answers_what_the_models_answer_and_keeps_stores_apart() {
         assert_eq!(json(&again), json(&ea));
     }
 }
+
+#[test]
+fn on_a_machine_without_a_device_the_estimate_is_zero_shot_from_the_nearest_and_names_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    // One device with models, made on another machine of this architecture.
+    copy_tree(&root.join("models/zen5"), &dir.path().join("models/elsewhere"));
+    let manifest = dir.path().join("models/elsewhere/manifest.json");
+    let text = std::fs::read_to_string(&manifest).unwrap().replace("\"device\": \"zen5\"", "\"device\": \"elsewhere\"");
+    std::fs::write(&manifest, text).unwrap();
+    std::fs::remove_file(dir.path().join("models/elsewhere/calibration.json")).unwrap();
+    let mut profile = perfmodel::collect::DeviceProfile::load(&root.join("collectors"), "zen5").unwrap();
+    profile.fingerprint = Some(perfmodel::device::Fingerprint {
+        arch: std::env::consts::ARCH.into(),
+        model_name: Some("Fake CPU 9000".into()),
+        ..Default::default()
+    });
+    std::fs::create_dir_all(dir.path().join("collectors")).unwrap();
+    std::fs::write(dir.path().join("collectors/elsewhere.toml"), profile.to_toml().unwrap()).unwrap();
+    std::fs::write(dir.path().join("net.json"), TINY).unwrap();
+    let args = ["estimate", "net.json", "--models-dir", "models", "--collectors-dir", "collectors", "--format", "json"];
+    let zero_shot = json_of(&perfmodel(dir.path(), &args));
+    let notes: Vec<&str> = zero_shot["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    let line = notes.iter().find(|n| n.starts_with("zero-shot")).unwrap_or_else(|| panic!("{notes:?}"));
+    assert!(line.contains("'elsewhere'") && line.contains("Fake CPU 9000") && line.contains("conv x"), "{line}");
+    assert!(!notes.iter().any(|n| n.contains("trained on another machine")), "one line, not several: {notes:?}");
+    // Named explicitly, the device is estimated for as it is (its own machine's figures).
+    let named = json_of(&perfmodel(dir.path(), &[&args[..], &["--device", "elsewhere"]].concat()));
+    assert!(!named["notes"].to_string().contains("zero-shot"), "{named}");
+    assert!(named["total"]["latency_ms"].as_f64().unwrap() > 0.0);
+    assert_ne!(named["total"]["latency_ms"], zero_shot["total"]["latency_ms"]);
+}

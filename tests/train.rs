@@ -214,3 +214,69 @@ fn training_a_subset_keeps_the_other_models() {
     assert!(store.predictor(LayerType::Dense, Metric::Latency).is_some(), "the latency model was dropped");
     assert!(store.predictor(LayerType::Dense, Metric::Memory).is_some());
 }
+
+/// Dense "measurements" of a machine `speed` times slower than a reference, with a latency no few rows describe
+/// (a wave in the input width on top of the FLOPs), rows `first..first + rows` of one deterministic sequence.
+fn wavy_dense(data_dir: &Path, device: &str, first: usize, rows: usize, speed: f64) {
+    let path = data::file_path(&data_dir.join(device), LayerType::Dense);
+    let mut writer = SampleWriter::open(&path).unwrap();
+    for i in first..first + rows {
+        let (features, units) = (16 + 29 * (i % 41), 8 + 53 * (i % 19));
+        let op = Op::Dense(Dense { units, use_bias: true, activation: Activation::Linear });
+        let config = LayerConfig::new(op, vec![vec![features]], 1);
+        let mut s = Sample::unmeasured(&config).unwrap();
+        let flops = config.cost().unwrap().flops as f64;
+        let wave = 1.0 + 0.6 * (features as f64 / 37.0).sin();
+        s.latency_ms = Some(speed * (0.002 + flops * 1e-7) * wave);
+        s.memory_mib = Some(1.0 + (s.input_bytes + s.weight_bytes + s.output_bytes) as f64 / 1048576.0);
+        s.status = Status::Ok;
+        s.reason.clear();
+        writer.append(&s).unwrap();
+    }
+}
+
+#[test]
+fn transfer_wins_cross_validation_when_the_target_is_a_known_machine_at_another_speed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, models) = (tmp.path().join("data"), tmp.path().join("models"));
+    wavy_dense(&data, "source", 0, 400, 1.0);
+    let args = |device: &'static str| {
+        vec![
+            "train",
+            "--device",
+            device,
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--models-dir",
+            models.to_str().unwrap(),
+        ]
+    };
+    let out = perfmodel(&[&args("source")[..], &["--methods", "ert,knn,linear", "--metrics", "latency"]].concat());
+    assert!(out.status.success(), "{}", text(&out));
+    // The target: a few rows of other layers, 2.5x slower.
+    wavy_dense(&data, "synth", 1000, 24, 2.5);
+    let out = perfmodel(
+        &[&args("synth")[..], &["--methods", "ert,knn,linear", "--metrics", "latency", "--transfer-from", "source"]]
+            .concat(),
+    );
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("transfer wins by"), "{log}");
+    let store = ModelStore::open(&models, "synth").unwrap();
+    let predictor = store.predictor(LayerType::Dense, Metric::Latency).unwrap();
+    assert_eq!(predictor.transfer_source().map(|(d, _)| d), Some("source"), "{}", predictor.method());
+    // The transferred model stands alone (the source's model is copied in) and predicts the slower machine.
+    std::fs::remove_dir_all(models.join("source")).unwrap();
+    let store = ModelStore::open(&models, "synth").unwrap();
+    let op = Op::Dense(Dense { units: 300, use_bias: true, activation: Activation::Linear });
+    let config = LayerConfig::new(op, vec![vec![400]], 1);
+    let flops = config.cost().unwrap().flops as f64;
+    let truth = 2.5 * (0.002 + flops * 1e-7) * (1.0 + 0.6 * (400.0f64 / 37.0).sin());
+    let predicted = store.predictor(LayerType::Dense, Metric::Latency).unwrap().predict(&config.features().unwrap());
+    assert!((predicted / truth - 1.0).abs() < 0.15, "predicted {predicted}, truth {truth}");
+
+    // A missing source is a clear error.
+    let out = perfmodel(&[&args("synth")[..], &["--transfer-from", "nosuch"]].concat());
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("nosuch"), "{}", text(&out));
+}

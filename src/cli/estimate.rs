@@ -1,16 +1,25 @@
 //! `perfmodel estimate`: latency, energy and memory of a network on a device, per layer and in total.
 
 use super::default_dir;
-use perfmodel::estimate::{report, Dirs, Estimator, Method, DEFAULT_DEVICE};
+use perfmodel::collect::profile::HostMatch;
+use perfmodel::collect::DeviceProfile;
+use perfmodel::device::Fingerprint;
+use perfmodel::estimate::zero_shot::ZeroShot;
+use perfmodel::estimate::{report, Dirs, Estimate, Estimator, Method, DEFAULT_DEVICE};
 use perfmodel::Network;
 use std::path::PathBuf;
 
 /// The device, method and directories an estimator is built from (shared with `outliers` and `validate`).
 #[derive(clap::Args)]
 pub struct EstimatorArgs {
-    /// Device to estimate for (a trained model set under the models directory)
-    #[arg(long, default_value = DEFAULT_DEVICE)]
-    pub device: String,
+    /// Device to estimate for (a trained model set under the models directory) [default: the device made on
+    /// this machine; on a machine without one, the nearest shipped device, scaled to this machine (zero-shot)]
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Scale the device's latency models to this machine by a few seconds of speed probes timed here (zero-shot
+    /// transfer; what happens by default on a machine no device was made on)
+    #[arg(long)]
+    pub zero_shot: bool,
     /// How single layers are predicted: trained models, or a baseline
     #[arg(long, default_value = "learned", value_parser = clap::builder::PossibleValuesParser::new(Method::NAMES))]
     pub method: String,
@@ -29,9 +38,75 @@ pub struct EstimatorArgs {
     pub uncalibrated: bool,
 }
 
+/// The device an estimate is for, and whether it is scaled to this machine.
+pub struct Resolved {
+    pub device: String,
+    pub zero_shot: bool,
+    /// Why no device of this machine was used (for the zero-shot line).
+    pub chosen_because: Option<String>,
+}
+
 impl EstimatorArgs {
     pub fn collectors_dir(&self) -> PathBuf {
         self.collectors_dir.clone().unwrap_or_else(|| default_dir("collectors"))
+    }
+
+    pub fn models_dir(&self) -> PathBuf {
+        self.models_dir.clone().unwrap_or_else(|| default_dir("models"))
+    }
+
+    /// The named device; else the device whose profile was made for this machine and has models; else the
+    /// device with models whose machine is nearest this one (by fingerprint), zero-shot; else the default.
+    pub fn resolve(&self) -> anyhow::Result<Resolved> {
+        if let Some(device) = &self.device {
+            return Ok(Resolved { device: device.clone(), zero_shot: self.zero_shot, chosen_because: None });
+        }
+        let host = Fingerprint::of_host();
+        let models = self.models_dir();
+        let has_models = |name: &str| perfmodel::train::store::manifest_path(&models, name).is_file();
+        let profiles: Vec<DeviceProfile> = DeviceProfile::list(&self.collectors_dir())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| has_models(&p.name) && p.executor == "tract")
+            .collect();
+        let here = |wanted: HostMatch| profiles.iter().find(|p| p.check_host(host).ok() == Some(wanted));
+        if let Some(p) = here(HostMatch::Recorded).or_else(|| here(HostMatch::Partial)) {
+            return Ok(Resolved { device: p.name.clone(), zero_shot: self.zero_shot, chosen_because: None });
+        }
+        let nearest = profiles
+            .iter()
+            .filter_map(|p| Some((p, host.distance(p.fingerprint.as_ref()?))))
+            .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.name.cmp(&b.0.name)));
+        Ok(match nearest {
+            Some((p, _)) => Resolved {
+                device: p.name.clone(),
+                zero_shot: true,
+                chosen_because: Some(format!(
+                    "no device was made on this machine ({}); '{}' was made on the nearest one ({})",
+                    host.summary(),
+                    p.name,
+                    p.fingerprint.as_ref().map(|f| f.summary()).unwrap_or_default()
+                )),
+            },
+            None => Resolved { device: DEFAULT_DEVICE.to_string(), zero_shot: self.zero_shot, chosen_because: None },
+        })
+    }
+
+    /// The zero-shot scaling of `estimator`'s models to this machine when `resolved` asks for it (a few seconds
+    /// of probes with the device's engine settings).
+    pub fn zero_shot(&self, resolved: &Resolved, estimator: &Estimator) -> anyhow::Result<Option<ZeroShot>> {
+        if !resolved.zero_shot {
+            return Ok(None);
+        }
+        let Method::Learned(store) = estimator.method() else {
+            anyhow::bail!(perfmodel::Error::Invalid(format!(
+                "--zero-shot needs --method learned, not {}",
+                estimator.method().name()
+            )));
+        };
+        let threads = DeviceProfile::load(&self.collectors_dir(), &resolved.device).map_or(1, |p| p.threads);
+        let executor = perfmodel::engine::TractExecutor::new(threads)?;
+        Ok(Some(ZeroShot::measure(store, &executor)?))
     }
 
     /// When the estimator's models come from another machine: the shipped devices whose models were trained on
@@ -51,14 +126,31 @@ impl EstimatorArgs {
         })
     }
 
-    pub fn open(&self) -> anyhow::Result<Estimator> {
+    pub fn open(&self, device: &str) -> anyhow::Result<Estimator> {
         let models = self.models_dir.clone().unwrap_or_else(|| default_dir("models"));
         let data = self.data_dir.clone().unwrap_or_else(|| default_dir("data"));
         let collectors = self.collectors_dir();
         let dirs = Dirs { models: &models, data: &data, collectors: &collectors };
-        let estimator = Estimator::open_method(&self.method, &self.device, &dirs)?;
+        let estimator = Estimator::open_method(&self.method, device, &dirs)?;
         Ok(if self.uncalibrated { estimator.without_calibration() } else { estimator })
     }
+}
+
+/// `estimate` scaled to this machine by `zero_shot`, its notes about another machine's models replaced by one
+/// line: which device, why, the factors, and the error zero-shot estimates have shown.
+pub fn apply_zero_shot(estimate: Estimate, zero_shot: &ZeroShot, resolved: &Resolved) -> Estimate {
+    let mut estimate = estimate;
+    estimate.notes.retain(|n| !n.contains("has models trained on another machine"));
+    let why = resolved.chosen_because.as_ref().map_or(String::new(), |w| format!("{w}; "));
+    let note = format!(
+        "zero-shot: {why}'{}''s latency models scaled to this machine by {:.1} s of speed probes ({}); expect \
+         errors of up to {ZERO_SHOT_EXPECTED_ERROR} (docs/devices.md); 'perfmodel device init' and 'collect --quick' \
+         make a device of this machine",
+        zero_shot.source_device,
+        zero_shot.seconds,
+        zero_shot.factors_text()
+    );
+    estimate.with_zero_shot(zero_shot, note)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -88,6 +180,9 @@ pub struct Args {
     #[arg(long)]
     at_current_speed: bool,
 }
+
+/// The largest error zero-shot estimates showed in validation (docs/devices.md).
+const ZERO_SHOT_EXPECTED_ERROR: &str = "±25%";
 
 /// Readings of the speed probe behind `--at-current-speed`, and the pause between them.
 const CURRENT_SPEED_READINGS: usize = 9;
@@ -136,9 +231,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(batch) = args.batch {
         net.batch_size = batch as usize;
     }
-    let estimator = args.estimator.open()?;
+    let resolved = args.estimator.resolve()?;
+    let estimator = args.estimator.open(&resolved.device)?;
     let mut estimate = estimator.estimate(&net)?;
-    estimate.notes.extend(args.estimator.trained_here_note(&estimator));
+    match args.estimator.zero_shot(&resolved, &estimator)? {
+        Some(zero_shot) => estimate = apply_zero_shot(estimate, &zero_shot, &resolved),
+        None => estimate.notes.extend(args.estimator.trained_here_note(&estimator)),
+    }
     if args.at_current_speed {
         let (now, nominal) = current_speed(&args, &estimator)?;
         estimate = estimate.at_machine_speed(

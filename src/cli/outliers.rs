@@ -33,12 +33,16 @@ use super::TableOrJson as Format;
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let net = Network::load(&args.net)?;
-    let estimator = args.estimator.open()?;
-    let estimate = estimator.estimate(&net)?;
+    let resolved = args.estimator.resolve()?;
+    let estimator = args.estimator.open(&resolved.device)?;
+    let mut estimate = estimator.estimate(&net)?;
+    if let Some(zero_shot) = args.estimator.zero_shot(&resolved, &estimator)? {
+        estimate = super::estimate::apply_zero_shot(estimate, &zero_shot, &resolved);
+    }
     let measured: Vec<MeasuredLayer> = match &args.measured {
         Some(path) => read_measured(path)?,
         None => {
-            let device = DeviceProfile::load(&args.estimator.collectors_dir(), &args.estimator.device)?;
+            let device = DeviceProfile::load(&args.estimator.collectors_dir(), &resolved.device)?;
             let profile = profile_network(&net, device.threads, args.rounds, 3)
                 .with_context(|| format!("benchmarking {}", args.net.display()))?;
             profile.layers.into_iter().map(|l| MeasuredLayer { name: l.name, latency_ms: l.latency_ms }).collect()

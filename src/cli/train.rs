@@ -52,6 +52,11 @@ pub struct Args {
     /// Also run the learning-curve study (15 growing training subsets against a fixed validation set)
     #[arg(long)]
     learning_curve: bool,
+    /// Build on these devices' trained models (comma-separated, from the models directory): each triplet also
+    /// tries learning this device's values relative to a source's prediction, and cross-validation on this
+    /// device's rows chooses between transfer and training from scratch
+    #[arg(long, value_delimiter = ',', value_name = "DEVICE")]
+    transfer_from: Vec<String>,
 }
 
 fn options(args: &Args) -> Result<TrainOptions, Error> {
@@ -101,6 +106,7 @@ fn options(args: &Args) -> Result<TrainOptions, Error> {
         methods: args.methods.clone(),
         jobs: args.jobs,
         host_engine: perfmodel::train::pipeline::HostEngine::Off,
+        transfer_from: Vec::new(),
     })
 }
 
@@ -143,6 +149,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let data_dir = args.data_dir.clone().unwrap_or_else(|| default_dir("data"));
     let models_dir = args.models_dir.clone().unwrap_or_else(|| default_dir("models"));
+    for source in &args.transfer_from {
+        if source == &args.device {
+            anyhow::bail!(Error::Invalid(format!(
+                "--transfer-from: '{source}' is the device being trained (its models are about to be replaced)"
+            )));
+        }
+        let store = perfmodel::train::ModelStore::open(&models_dir, source)?;
+        options.transfer_from.push(std::sync::Arc::new(store));
+    }
     let bar = ProgressBar::new(0);
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
@@ -184,6 +199,31 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     for s in &run.skipped {
         println!("{:<18} {:<8} not trained: {}", s.layer_type.as_str(), s.metric.as_str(), s.reason);
+    }
+    let comparisons: Vec<_> = run.results.iter().filter_map(|r| Some((r, r.transfer_comparison()?))).collect();
+    if !comparisons.is_empty() {
+        println!("transfer from {} against training from scratch (CV MAPE %):", args.transfer_from.join(", "));
+        for (r, (transfer, scratch)) in comparisons {
+            let mape =
+                |b: &Option<pipeline::BestOfKind>| b.as_ref().map_or("-".to_string(), |b| format!("{:.2}", b.mape));
+            let chose_transfer = r.chosen().label.contains("+from:");
+            let verdict = match (&transfer, &scratch) {
+                (Some(t), Some(s)) if (t.mape - s.mape).abs() < 0.005 => {
+                    format!("tie: {} kept", if chose_transfer { "transfer" } else { "scratch" })
+                }
+                (Some(t), Some(s)) if chose_transfer => format!("transfer wins by {:.2} points", s.mape - t.mape),
+                (Some(t), Some(s)) => format!("scratch wins by {:.2} points", t.mape - s.mape),
+                (Some(_), None) => "transfer (no scratch candidate ran)".to_string(),
+                _ => "scratch (no transfer candidate ran)".to_string(),
+            };
+            println!(
+                "  {:<18} {:<8} transfer {:>7}  scratch {:>7}  {verdict}",
+                r.layer_type.as_str(),
+                r.metric.as_str(),
+                mape(&transfer),
+                mape(&scratch)
+            );
+        }
     }
     let slowest_wall = bench.predict_ns.iter().map(|p| p.wall_ns).fold(0.0, f64::max);
     let slowest_cpu = bench.predict_ns.iter().map(|p| p.cpu_ns).fold(0.0, f64::max);

@@ -122,10 +122,15 @@ pub(super) fn nominal_probe_ms(estimator: &perfmodel::estimate::Estimator) -> Op
 use super::TableOrJson as Format;
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let device = DeviceProfile::load(&args.estimator.collectors_dir(), &args.estimator.device)?;
-    let estimator = args.estimator.open()?;
+    let resolved = args.estimator.resolve()?;
+    let device = DeviceProfile::load(&args.estimator.collectors_dir(), &resolved.device)?;
+    let estimator = args.estimator.open(&resolved.device)?;
     let nets = args.nets.iter().map(Network::load).collect::<perfmodel::Result<Vec<Network>>>()?;
-    let estimates = nets.iter().map(|n| estimator.estimate(n)).collect::<perfmodel::Result<Vec<_>>>()?;
+    let mut estimates = nets.iter().map(|n| estimator.estimate(n)).collect::<perfmodel::Result<Vec<_>>>()?;
+    let zero_shot = args.estimator.zero_shot(&resolved, &estimator)?;
+    if let Some(z) = &zero_shot {
+        estimates = estimates.into_iter().map(|e| super::estimate::apply_zero_shot(e, z, &resolved)).collect();
+    }
     let nominal = if args.no_speed_probe { None } else { nominal_probe_ms(&estimator) };
     let block = usize::try_from(args.block).unwrap_or(usize::MAX);
     let rounds = usize::try_from(args.rounds).unwrap_or(usize::MAX);
@@ -160,7 +165,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             host.summary()
         ));
     }
-    if let Some(note) = args.estimator.trained_here_note(&estimator) {
+    if let Some(note) = args.estimator.trained_here_note(&estimator).filter(|_| zero_shot.is_none()) {
         v.note(&note);
     }
     if estimator.trained_elsewhere().is_some() && !args.no_speed_probe {

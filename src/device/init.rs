@@ -134,7 +134,10 @@ pub fn probe_power_sensors(executor: &str) -> Vec<SensorProbe> {
         .into_iter()
         .map(|spec| {
             let sensor = power_sensor(&spec);
-            let mut usable = sensor.check_available().map_err(|e| e.to_string());
+            let mut usable = sensor.check_available().map_err(|e| match e {
+                Error::Sensor { message, .. } => message,
+                other => other.to_string(),
+            });
             if usable.is_ok() && matches!(spec, SensorSpec::Nvml { .. }) && executor == "tract" {
                 usable =
                     Err(format!("present, but it reads the GPU's power and executor '{executor}' runs on the CPU"));
@@ -222,6 +225,9 @@ pub fn profile_text(
     if !caches.is_empty() {
         hardware.insert("caches".to_string(), caches.join(", "));
     }
+    if let Some(mhz) = cpu_mhz() {
+        hardware.insert("frequency".to_string(), format!("{mhz:.0} MHz (as /proc/cpuinfo reports it)"));
+    }
     if let Some(mem) = total_memory() {
         hardware.insert("memory".to_string(), human_bytes(mem));
     }
@@ -247,7 +253,8 @@ pub fn profile_text(
         software,
         fingerprint: None,
     };
-    let body = profile.to_toml()?;
+    let body =
+        toml::to_string(&profile).map_err(|e| Error::Device { device: name.to_string(), message: e.to_string() })?;
     let mut doc: toml_edit::DocumentMut =
         body.parse().map_err(|e| Error::Device { device: name.to_string(), message: format!("profile: {e}") })?;
     doc.insert("fingerprint", toml_edit::Item::Table(fingerprint_table(host, name)?));
@@ -269,6 +276,9 @@ pub fn profile_text(
         out.push_str("# No power sensor is usable here: power and energy are not collected for this device.\n");
     }
     out.push_str(&doc.to_string());
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
     Ok(out)
 }
 
@@ -278,6 +288,13 @@ fn usable_count(sensors: &[SensorProbe]) -> usize {
 
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The first `cpu MHz` of `/proc/cpuinfo`.
+fn cpu_mhz() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("cpu MHz"))?;
+    line.split_once(':')?.1.trim().parse().ok()
 }
 
 /// `MemTotal` of `/proc/meminfo`, bytes.

@@ -35,6 +35,7 @@ pub mod outliers;
 pub mod report;
 pub mod structure;
 pub mod validate;
+pub mod zero_shot;
 
 use crate::collect::profile::DeviceProfile;
 use crate::error::{Error, Location, Result};
@@ -723,6 +724,7 @@ impl Estimator {
             uncovered,
             notes,
             calibration: correction,
+            zero_shot: None,
         })
     }
 
@@ -1076,6 +1078,10 @@ pub struct Estimate {
     pub notes: Vec<String>,
     /// The whole-network calibration applied to the layer latencies and the peak memory, null when none was.
     pub calibration: Option<Correction>,
+    /// The speed probes and factors when the latencies were scaled from another machine's models
+    /// ([`zero_shot`]); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zero_shot: Option<zero_shot::ZeroShot>,
 }
 
 impl Estimate {
@@ -1101,6 +1107,30 @@ impl Estimate {
             *total += energy_change;
         }
         self.notes.push(note);
+        self
+    }
+
+    /// The estimate brought to this machine by `zero_shot` (every layer's latency and energy scaled by its
+    /// kind's factor), with `note` added and the probes recorded.
+    pub fn with_zero_shot(mut self, zero_shot: &zero_shot::ZeroShot, note: String) -> Estimate {
+        let (mut latency_change, mut energy_change) = (0.0, 0.0);
+        for layer in self.layers.iter_mut() {
+            let f = zero_shot.factor(layer.layer_type);
+            if let Some(ms) = layer.latency_ms {
+                latency_change += ms * (f - 1.0);
+                layer.latency_ms = Some(ms * f);
+            }
+            if let Some(mj) = layer.energy_mj {
+                energy_change += mj * (f - 1.0);
+                layer.energy_mj = Some(mj * f);
+            }
+        }
+        self.total.latency_ms += latency_change;
+        if let Some(total) = self.total.energy_mj.as_mut() {
+            *total += energy_change;
+        }
+        self.notes.push(note);
+        self.zero_shot = Some(zero_shot.clone());
         self
     }
 

@@ -282,7 +282,14 @@ impl<'a> Importer<'a> {
         if built.layers.is_empty() {
             return Err(self.error("the graph has no operation on its input".into()));
         }
-        let name = if self.graph.name.is_empty() { default_name.to_string() } else { self.graph.name.clone() };
+        // Exporters name every graph alike (PyTorch `main_graph`, older ones `torch-jit-export`, tf2onnx
+        // `tf2onnx`): such a network is named after its file, so a table of several tells them apart.
+        let generic = ["main_graph", "torch-jit-export", "torch_jit", "tf2onnx", "graph"];
+        let name = if self.graph.name.trim().is_empty() || generic.contains(&self.graph.name.trim()) {
+            default_name.to_string()
+        } else {
+            self.graph.name.clone()
+        };
         let Built { layers, expected, .. } = built;
         let network = Network { name, batch_size: self.batch, input_shape: self.input_shape.clone(), layers };
         let analysis = network.analyze().map_err(|e| self.error(format!("imported network is invalid: {e}")))?;

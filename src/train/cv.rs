@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::train::fit::{DecisionTree, Estimator, ExtraTrees, GradientBoosting, LinearRegressor, NearestNeighbors};
-use crate::train::model::{log_feature, unit_count, EngineFeatures, KnownPart, Predictor};
+use crate::train::model::{log_feature, unit_count, EngineFeatures, KnownPart, Predictor, TransferMode, MIN_PRIOR};
 use crate::train::store::Scores;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -88,6 +88,16 @@ pub struct Candidate {
     /// Index of a feature the target is learned per unit of (latency per FLOP: the inverse of throughput, which
     /// varies over a few times where latency varies over six orders of magnitude).
     pub per_unit: Option<u16>,
+    /// Another device's model of the same triplet to build on (transfer); `None` trains from scratch.
+    pub prior: Option<Arc<Prior>>,
+}
+
+/// A source device's trained predictor, as a candidate's prior knowledge (see [`TransferMode`]).
+#[derive(Debug, Clone)]
+pub struct Prior {
+    pub source_device: String,
+    pub predictor: Predictor,
+    pub mode: TransferMode,
 }
 
 fn suffix(log_features: bool, log_target: bool) -> &'static str {
@@ -103,7 +113,15 @@ impl Candidate {
     /// `estimator` on the layer's features alone (log-transformed when `log_features`), fitted on the whole
     /// target (its log when `log_target`); the `with_*` builders add the rest.
     pub fn new(estimator: Arc<dyn Estimator>, log_features: bool, log_target: bool) -> Candidate {
-        Candidate { estimator, log_features, log_target, known: None, engine_features: None, per_unit: None }
+        Candidate {
+            estimator,
+            log_features,
+            log_target,
+            known: None,
+            engine_features: None,
+            per_unit: None,
+            prior: None,
+        }
     }
 
     pub fn label(&self) -> String {
@@ -114,7 +132,22 @@ impl Candidate {
         let rest = if self.known.is_some() { "+rest" } else { "" };
         let engine = if self.engine_features.is_some() { "+engine" } else { "" };
         let per_unit = if self.per_unit.is_some() { "+perunit" } else { "" };
-        format!("{engine}{per_unit}{rest}{}", suffix(self.log_features, self.log_target))
+        let prior = match &self.prior {
+            Some(p) => format!("+from:{}:{}", p.source_device, p.mode.as_str()),
+            None => String::new(),
+        };
+        format!("{engine}{per_unit}{rest}{}{prior}", suffix(self.log_features, self.log_target))
+    }
+
+    /// The same candidate building on another device's model (see [`Prior`]).
+    pub fn with_prior(mut self, prior: Option<Arc<Prior>>) -> Candidate {
+        self.prior = prior;
+        self
+    }
+
+    /// Whether the candidate builds on another device's model.
+    pub fn is_transfer(&self) -> bool {
+        self.prior.is_some()
     }
 
     /// The same candidate learning only the target minus `known`.
@@ -137,6 +170,31 @@ impl Candidate {
 
     /// Fit on rows `x` (targets `y` in the metric's unit) and return the stored-form predictor.
     pub fn fit(&self, x: &[Vec<f64>], y: &[f64]) -> Result<Predictor> {
+        if let Some(prior) = &self.prior {
+            let scratch = Candidate { prior: None, ..self.clone() };
+            let source: Vec<f64> = x.iter().map(|row| prior.predictor.predict(row)).collect();
+            let correction = match prior.mode {
+                TransferMode::Ratio => {
+                    if self.known.is_some() || self.per_unit.is_some() {
+                        return Err(Error::Invalid(format!(
+                            "{}: a ratio to the source's prediction is not learned with a known part or per unit",
+                            self.label()
+                        )));
+                    }
+                    let ratio: Vec<f64> = y.iter().zip(&source).map(|(v, p)| v / p.max(MIN_PRIOR)).collect();
+                    scratch.fit(x, &ratio)?
+                }
+                TransferMode::Feature => {
+                    let extended: Vec<Vec<f64>> = x
+                        .iter()
+                        .zip(&source)
+                        .map(|(row, p)| row.iter().copied().chain(std::iter::once(*p)).collect())
+                        .collect();
+                    scratch.fit(&extended, y)?
+                }
+            };
+            return Ok(Predictor::transfer(&prior.source_device, prior.mode, prior.predictor.clone(), correction));
+        }
         if self.per_unit.is_some() && self.known.is_some() {
             // The known part's log shift is on the target's scale, not per unit: the two do not compose.
             return Err(Error::Invalid(format!(

@@ -196,6 +196,65 @@ pub enum Model {
     Trees(FlatForest),
     Knn(Knn),
     Linear(Linear),
+    /// Another device's model of the same triplet with a correction learned on this device's rows
+    /// ([`Transfer`]). Last, so stores written before it decode unchanged.
+    Transfer(Box<Transfer>),
+}
+
+/// How a transferred model uses the source device's prediction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TransferMode {
+    /// The correction learns the target as a multiple of the source's prediction (a new machine is mostly a
+    /// per-layer speed ratio of a known one).
+    Ratio,
+    /// The source's prediction is one more feature of the correction, which may use or ignore it.
+    Feature,
+}
+
+impl TransferMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransferMode::Ratio => "ratio",
+            TransferMode::Feature => "feature",
+        }
+    }
+}
+
+/// Smallest source prediction a ratio is taken of (ms, W or MiB): a layer the source predicts at 0 still has
+/// a time here.
+pub const MIN_PRIOR: f64 = 1e-6;
+
+/// A model of one device built on another's: the source device's predictor, copied so that the store stays
+/// self-contained, and the correction trained on this device's rows (see [`TransferMode`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Transfer {
+    pub source_device: String,
+    pub mode: TransferMode,
+    pub source: Predictor,
+    pub correction: Predictor,
+}
+
+impl Transfer {
+    pub fn predict(&self, features: &[f64]) -> f64 {
+        let prior = self.source.predict(features);
+        match self.mode {
+            TransferMode::Ratio => self.correction.predict(features) * prior.max(MIN_PRIOR),
+            TransferMode::Feature => {
+                let mut buffer = [0.0f64; 64];
+                let mut heap = Vec::new();
+                let width = features.len() + 1;
+                let input: &mut [f64] = if width <= buffer.len() {
+                    &mut buffer[..width]
+                } else {
+                    heap.resize(width, 0.0);
+                    &mut heap
+                };
+                input[..features.len()].copy_from_slice(features);
+                input[features.len()] = prior;
+                self.correction.predict(input)
+            }
+        }
+    }
 }
 
 impl Model {
@@ -209,6 +268,12 @@ impl Model {
             Model::Linear(l) => {
                 format!("{} non-zero coefficients", l.coefficients.iter().filter(|c| **c != 0.0).count())
             }
+            Model::Transfer(t) => format!(
+                "{}'s model ({}) and a correction ({})",
+                t.source_device,
+                t.source.model.size_summary(),
+                t.correction.model.size_summary()
+            ),
         }
     }
 
@@ -218,6 +283,9 @@ impl Model {
             Model::Trees(f) => f.predict(x),
             Model::Knn(k) => k.predict(x),
             Model::Linear(l) => l.predict(x),
+            // A transfer needs the layer's own features ([`Predictor::predict`] handles it); in the fitted space
+            // its correction's model is the one that was fitted.
+            Model::Transfer(t) => t.correction.model.predict_raw(x),
         }
     }
 }
@@ -463,6 +531,9 @@ impl Predictor {
     /// Predicted metric value for one layer's features (in [`crate::LayerType::feature_names`] order). Never
     /// negative: latency, power and memory cannot be.
     pub fn predict(&self, features: &[f64]) -> f64 {
+        if let Model::Transfer(t) = &self.model {
+            return t.predict(features);
+        }
         let extra = self.engine_features.as_ref().map(|e| (e.values(features), e.width()));
         let raw = if self.log_features || extra.is_some() {
             // The model's input on the stack for the usual feature counts: no allocation per prediction.
@@ -523,10 +594,34 @@ impl Predictor {
     }
 
     pub fn known_part(&self) -> Option<&KnownPart> {
-        self.known.as_ref()
+        match &self.model {
+            Model::Transfer(t) => t.correction.known_part(),
+            _ => self.known.as_ref(),
+        }
     }
 
+    /// The engine features of the model trained on this device's rows (a transfer's correction: its source's
+    /// describe the source's machine).
     pub fn engine_features(&self) -> Option<&EngineFeatures> {
-        self.engine_features.as_ref()
+        match &self.model {
+            Model::Transfer(t) => t.correction.engine_features(),
+            _ => self.engine_features.as_ref(),
+        }
+    }
+
+    /// A model built on `source_device`'s `source` predictor with `correction` trained here.
+    pub fn transfer(source_device: &str, mode: TransferMode, source: Predictor, correction: Predictor) -> Predictor {
+        let method = format!("transfer:{source_device}:{}:{}", mode.as_str(), correction.method);
+        let log_target = correction.log_target;
+        let transfer = Transfer { source_device: source_device.to_string(), mode, source, correction };
+        Predictor::new(method, log_target, Model::Transfer(Box::new(transfer)))
+    }
+
+    /// The source device and mode when this predictor is a transfer.
+    pub fn transfer_source(&self) -> Option<(&str, TransferMode)> {
+        match &self.model {
+            Model::Transfer(t) => Some((t.source_device.as_str(), t.mode)),
+            _ => None,
+        }
     }
 }

@@ -6,9 +6,10 @@ use crate::data::{self, Sample};
 use crate::error::{Error, Result};
 use crate::layer::LayerType;
 use crate::metric::Metric;
+use crate::train::cv::Prior;
 use crate::train::cv::{self, Candidate, Evaluation, SelectBy};
 use crate::train::isolation::IsolationForest;
-use crate::train::model::{EngineFeatures, KnownPart, Predictor};
+use crate::train::model::{EngineFeatures, KnownPart, Predictor, TransferMode};
 use crate::train::store::{self, Manifest, ModelEntry, ModelFile, ModelStore, NominalSpeed, Scores, FORMAT_VERSION};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -16,6 +17,7 @@ use rand_chacha::ChaCha8Rng;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Fewer measured rows than this and a triplet is skipped (reported, not trained).
@@ -39,6 +41,10 @@ pub struct TrainOptions {
     /// Whether the device's data was measured here with tract (a `host` profile), so models may ask tract how
     /// it runs a layer on this machine.
     pub host_engine: HostEngine,
+    /// Other devices' trained models to build on (`--transfer-from`): each triplet also tries candidates that
+    /// learn this device's values relative to a source's prediction ([`TransferMode`]); cross-validation on
+    /// this device's rows decides between them and training from scratch.
+    pub transfer_from: Vec<Arc<ModelStore>>,
 }
 
 impl Default for TrainOptions {
@@ -54,6 +60,7 @@ impl Default for TrainOptions {
             methods: vec![],
             jobs: 0,
             host_engine: HostEngine::Off,
+            transfer_from: Vec::new(),
         }
     }
 }
@@ -182,6 +189,15 @@ pub struct TripletResult {
     /// Median coefficient of variation of the repeated timings behind the latency rows (latency only, when the
     /// data records it): context for the model's error — a busy machine during collection shows up here.
     pub median_latency_cv: Option<f64>,
+    /// Whether the candidates that built on another device's model were tried (`--transfer-from`).
+    pub transfer_tried: bool,
+}
+
+/// The best candidate of one kind in a triplet's cross-validation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BestOfKind {
+    pub label: String,
+    pub mape: f64,
 }
 
 impl TripletResult {
@@ -190,6 +206,23 @@ impl TripletResult {
     }
     pub fn cv(&self) -> Scores {
         self.chosen().scores
+    }
+
+    /// When transfer was tried: the best transfer candidate and the best from scratch by CV MAPE (either may
+    /// be missing when all its candidates were skipped).
+    pub fn transfer_comparison(&self) -> Option<(Option<BestOfKind>, Option<BestOfKind>)> {
+        if !self.transfer_tried {
+            return None;
+        }
+        let best = |transfer: bool| {
+            self.evaluations
+                .iter()
+                .filter(|e| !e.predicted.is_empty() && e.scores.mape.is_finite())
+                .filter(|e| e.label.contains("+from:") == transfer)
+                .min_by(|a, b| a.scores.mape.total_cmp(&b.scores.mape))
+                .map(|e| BestOfKind { label: e.label.clone(), mape: e.scores.mape })
+        };
+        Some((best(true), best(false)))
     }
 }
 
@@ -257,6 +290,7 @@ pub fn train_triplet(
         train_seconds,
         learning_curve,
         median_latency_cv: None,
+        transfer_tried: candidates.iter().any(Candidate::is_transfer),
     })
 }
 
@@ -372,7 +406,13 @@ pub fn train_device(
                 });
             } else {
                 let label = format!("{layer_type}/{metric}");
-                let candidates = candidates_for(&candidates, layer_type, metric, options.host_engine);
+                let mut candidates = candidates_for(&candidates, layer_type, metric, options.host_engine);
+                let base = candidates.clone();
+                for source in &options.transfer_from {
+                    if let Some(p) = source.predictor(layer_type, metric) {
+                        candidates.extend(transfer_candidates(&base, source.device(), p));
+                    }
+                }
                 let mut result = train_triplet(layer_type, metric, &dataset, &candidates, options, |what| {
                     progress(done, total, &format!("{label}: {what}"))
                 })?;
@@ -455,6 +495,20 @@ pub fn candidates_for(
         all.extend(plain.iter().map(|c| c.clone().with_engine_features(engine.clone()).with_per_unit(unit)));
     }
     all
+}
+
+/// Candidates that build on `source`'s model of the triplet: the plain ones with a log target (a new machine is
+/// mostly a ratio of a known one, and ratios are multiplicative) learning the ratio to the source's prediction,
+/// and every plain one seeing the source's prediction as a feature. Not the engine-feature or per-unit
+/// variants: the source's prediction already carries what they add.
+pub fn transfer_candidates(base: &[Candidate], source_device: &str, source: &Predictor) -> Vec<Candidate> {
+    let prior =
+        |mode| Some(Arc::new(Prior { source_device: source_device.to_string(), predictor: source.clone(), mode }));
+    let plain = || base.iter().filter(|c| c.engine_features.is_none() && c.per_unit.is_none());
+    let ratio =
+        plain().filter(|c| c.log_target && c.known.is_none()).map(|c| c.clone().with_prior(prior(TransferMode::Ratio)));
+    let feature = plain().map(|c| c.clone().with_prior(prior(TransferMode::Feature)));
+    ratio.chain(feature).collect()
 }
 
 /// The nominal speed of a device's data: the median speed-probe reading over all its measured rows (`None`
