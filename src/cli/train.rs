@@ -200,29 +200,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for s in &run.skipped {
         println!("{:<18} {:<8} not trained: {}", s.layer_type.as_str(), s.metric.as_str(), s.reason);
     }
-    let comparisons: Vec<_> = run.results.iter().filter_map(|r| Some((r, r.transfer_comparison()?))).collect();
-    if !comparisons.is_empty() {
+    let verdicts: Vec<_> = run.results.iter().filter_map(|r| Some((r, r.transfer_verdict()?))).collect();
+    if !verdicts.is_empty() {
         println!("transfer from {} against training from scratch (CV MAPE %):", args.transfer_from.join(", "));
-        for (r, (transfer, scratch)) in comparisons {
-            let mape =
-                |b: &Option<pipeline::BestOfKind>| b.as_ref().map_or("-".to_string(), |b| format!("{:.2}", b.mape));
-            let chose_transfer = r.chosen().label.contains("+from:");
-            let verdict = match (&transfer, &scratch) {
-                (Some(t), Some(s)) if (t.mape - s.mape).abs() < 0.005 => {
-                    format!("tie: {} kept", if chose_transfer { "transfer" } else { "scratch" })
-                }
-                (Some(t), Some(s)) if chose_transfer => format!("transfer wins by {:.2} points", s.mape - t.mape),
-                (Some(t), Some(s)) => format!("scratch wins by {:.2} points", t.mape - s.mape),
-                (Some(_), None) => "transfer (no scratch candidate ran)".to_string(),
-                _ => "scratch (no transfer candidate ran)".to_string(),
-            };
-            println!(
-                "  {:<18} {:<8} transfer {:>7}  scratch {:>7}  {verdict}",
-                r.layer_type.as_str(),
-                r.metric.as_str(),
-                mape(&transfer),
-                mape(&scratch)
-            );
+        for (r, verdict) in verdicts {
+            println!("  {:<18} {:<8} {verdict}", r.layer_type.as_str(), r.metric.as_str());
         }
     }
     let slowest_wall = bench.predict_ns.iter().map(|p| p.wall_ns).fold(0.0, f64::max);

@@ -61,7 +61,7 @@ impl SelectBy {
     }
 
     /// Lower is better.
-    fn loss(self, s: &Scores) -> f64 {
+    pub fn loss(self, s: &Scores) -> f64 {
         let v = match self {
             SelectBy::Mape => s.mape,
             SelectBy::Mae => s.mae,

@@ -224,6 +224,28 @@ impl TripletResult {
         };
         Some((best(true), best(false)))
     }
+
+    /// One line when transfer was tried: the best transfer and scratch CV MAPE and which was kept, by how much.
+    pub fn transfer_verdict(&self) -> Option<String> {
+        let (transfer, scratch) = self.transfer_comparison()?;
+        let chose_transfer = self.chosen().label.contains("+from:");
+        let mape = |b: &Option<BestOfKind>| b.as_ref().map_or("-".to_string(), |b| format!("{:.2}", b.mape));
+        let verdict = match (&transfer, &scratch) {
+            (Some(t), Some(s)) if (t.mape - s.mape).abs() < 0.005 => {
+                format!("tie: {} kept", if chose_transfer { "transfer" } else { "scratch" })
+            }
+            (Some(t), Some(s)) if chose_transfer => format!("transfer wins by {:.2} points", s.mape - t.mape),
+            (Some(t), Some(s)) if t.mape < s.mape => format!(
+                "scratch kept: transfer better by only {:.2} points (within the {:.0}% margin)",
+                s.mape - t.mape,
+                100.0 * TRANSFER_MARGIN
+            ),
+            (Some(t), Some(s)) => format!("scratch wins by {:.2} points", t.mape - s.mape),
+            (Some(_), None) => "transfer (no scratch candidate ran)".to_string(),
+            _ => "scratch (no transfer candidate ran)".to_string(),
+        };
+        Some(format!("transfer {:>7}  scratch {:>7}  {verdict}", mape(&transfer), mape(&scratch)))
+    }
 }
 
 /// A (layer type, metric) that was not trained, and why.
@@ -267,6 +289,8 @@ pub fn train_triplet(
         options.jobs,
         &mut progress,
     )?;
+    let mut selection = selection;
+    selection.best = prefer_scratch_on_ties(candidates, &selection.evaluations, selection.best, options.select_by);
     progress("refit");
     let predictor = candidates[selection.best].fit(&clean.x, &clean.y)?;
     let train_seconds = started.elapsed().as_secs_f64();
@@ -292,6 +316,28 @@ pub fn train_triplet(
         median_latency_cv: None,
         transfer_tried: candidates.iter().any(Candidate::is_transfer),
     })
+}
+
+/// Relative margin by which a transfer candidate must beat the best candidate trained from scratch to be kept.
+pub const TRANSFER_MARGIN: f64 = 0.02;
+
+/// The chosen candidate, unless it builds on another device's model and the best from scratch is within
+/// [`TRANSFER_MARGIN`] of it: then that one. A transferred model carries its source's extrapolations to layers
+/// no row of this device resembles (on the Intel host, a source's depthwise model put PyTorch's padded stride-2
+/// depthwise convolutions at 3x their time, and memory models tied at 0.00% CV MAPE were transfers); it is
+/// worth that risk only where it is measurably better on this device's own rows.
+fn prefer_scratch_on_ties(candidates: &[Candidate], evaluations: &[Evaluation], best: usize, by: SelectBy) -> usize {
+    if !candidates[best].is_transfer() {
+        return best;
+    }
+    let chosen = by.loss(&evaluations[best].scores);
+    let scratch = (0..candidates.len())
+        .filter(|&i| !candidates[i].is_transfer() && !evaluations[i].predicted.is_empty())
+        .min_by(|&a, &b| by.loss(&evaluations[a].scores).total_cmp(&by.loss(&evaluations[b].scores)));
+    match scratch {
+        Some(i) if by.loss(&evaluations[i].scores) <= chosen + TRANSFER_MARGIN * chosen.abs().max(0.01) => i,
+        _ => best,
+    }
 }
 
 /// The paper's learning-curve study: a fixed validation set (20 % of the rows, seeded) and 15 training subsets
@@ -587,4 +633,35 @@ fn write_models(
     };
     ModelStore::save(models_dir, &mut manifest, &files)?;
     Ok(manifest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transfer_is_kept_only_when_it_beats_scratch_by_the_margin() {
+        let x: Vec<Vec<f64>> = (0..12).map(|i| vec![i as f64]).collect();
+        let y: Vec<f64> = (0..12).map(|i| 1.0 + i as f64).collect();
+        let scratch = cv::default_candidates(1).into_iter().find(|c| c.estimator.method() == "linear").unwrap();
+        let source = scratch.fit(&x, &y).unwrap();
+        let transfer = transfer_candidates(&[scratch.clone()], "src", &source).remove(0);
+        let candidates = [scratch, transfer];
+        let evaluation = |mape: f64| Evaluation {
+            label: String::new(),
+            scores: Scores { mape, ..Scores::default() },
+            predicted: vec![1.0],
+            seconds: 0.0,
+        };
+        for (scratch_mape, transfer_mape, kept) in [(10.0, 5.0, 1), (10.0, 9.9, 0), (0.0, 0.0, 0), (0.5, 0.0, 1)] {
+            let evaluations = [evaluation(scratch_mape), evaluation(transfer_mape)];
+            let best = if transfer_mape < scratch_mape { 1 } else { 0 };
+            let best = if scratch_mape == transfer_mape { 1 } else { best };
+            assert_eq!(
+                prefer_scratch_on_ties(&candidates, &evaluations, best, SelectBy::Mape),
+                kept,
+                "scratch {scratch_mape}, transfer {transfer_mape}"
+            );
+        }
+    }
 }

@@ -117,6 +117,13 @@ pub fn markdown(run: &TrainRun, bench: &StoreBench, options_line: &str) -> Strin
             r.train_seconds
         );
     }
+    let verdicts: Vec<_> = run.results.iter().filter_map(|r| Some((r, r.transfer_verdict()?))).collect();
+    if !verdicts.is_empty() {
+        let _ = writeln!(md, "\n## Transfer against training from scratch (best CV MAPE % of each kind)\n");
+        for (r, verdict) in verdicts {
+            let _ = writeln!(md, "- {}/{}: {verdict}", r.layer_type, r.metric);
+        }
+    }
     if !run.skipped.is_empty() {
         let _ = writeln!(md, "\n## Not trained\n");
         for s in &run.skipped {
