@@ -451,4 +451,13 @@ fn a_quick_collection_then_a_full_one_measures_every_row_once() {
     let unique: HashSet<String> = keys.iter().cloned().collect();
     assert_eq!(keys.len(), unique.len(), "no row measured twice");
     assert_eq!(unique, expected_keys(&configs));
+
+    // A config whose first batch size fails is not tried at the larger ones, even with few configs (a config's
+    // first and later batch sizes never share a measuring group).
+    let s = Setup::new(&small_mix()[..1], 1e-9);
+    let out = s.run(&["--quick"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let rows: Vec<data::Sample> = s.rows("data/tiny").into_values().flatten().collect();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!((rows[0].batch, rows[0].status), (1, Status::Failed));
 }

@@ -64,11 +64,16 @@ impl EstimatorArgs {
         let host = Fingerprint::of_host();
         let models = self.models_dir();
         let has_models = |name: &str| perfmodel::train::store::manifest_path(&models, name).is_file();
-        let profiles: Vec<DeviceProfile> = DeviceProfile::list(&self.collectors_dir())
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|p| has_models(&p.name) && p.executor == "tract")
-            .collect();
+        // Each profile on its own: one unreadable profile must not hide the others (it is named).
+        let collectors = self.collectors_dir();
+        let mut profiles: Vec<DeviceProfile> = Vec::new();
+        for name in DeviceProfile::names(&collectors).unwrap_or_default() {
+            match DeviceProfile::load(&collectors, &name) {
+                Ok(p) if has_models(&p.name) && p.executor == "tract" => profiles.push(p),
+                Ok(_) => {}
+                Err(e) => eprintln!("note: profile '{name}' is skipped when choosing a device: {e}"),
+            }
+        }
         let here = |wanted: HostMatch| profiles.iter().find(|p| p.check_host(host).ok() == Some(wanted));
         if let Some(p) = here(HostMatch::Recorded).or_else(|| here(HostMatch::Partial)) {
             return Ok(Resolved { device: p.name.clone(), zero_shot: self.zero_shot, chosen_because: None });
@@ -77,7 +82,12 @@ impl EstimatorArgs {
             .iter()
             .filter_map(|p| Some((p, host.distance(p.fingerprint.as_ref()?))))
             .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.name.cmp(&b.0.name)));
+        // Only learned models are scaled; a baseline of the nearest device is estimated as it is.
+        let learned = self.method == "learned";
         Ok(match nearest {
+            Some((p, _)) if !learned => {
+                Resolved { device: p.name.clone(), zero_shot: self.zero_shot, chosen_because: None }
+            }
             Some((p, _)) => Resolved {
                 device: p.name.clone(),
                 zero_shot: true,
@@ -237,6 +247,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     match args.estimator.zero_shot(&resolved, &estimator)? {
         Some(zero_shot) => estimate = apply_zero_shot(estimate, &zero_shot, &resolved),
         None => estimate.notes.extend(args.estimator.trained_here_note(&estimator)),
+    }
+    if args.at_current_speed && resolved.zero_shot {
+        anyhow::bail!(perfmodel::Error::Invalid(format!(
+            "--at-current-speed: device '{}' is scaled to this machine by zero-shot speed probes already; its              models were not trained here",
+            resolved.device
+        )));
     }
     if args.at_current_speed {
         let (now, nominal) = current_speed(&args, &estimator)?;

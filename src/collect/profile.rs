@@ -343,7 +343,20 @@ impl DeviceProfile {
             device: self.name.clone(),
             message: format!("{}: {e}", self.path.display()),
         })?;
-        let table = fingerprint_table(host, &self.name)?;
+        // This host's fields, and what the profile records that this host cannot read.
+        let mut merged = host.clone();
+        if let Some(r) = &self.fingerprint {
+            merged.vendor = merged.vendor.or_else(|| r.vendor.clone());
+            merged.family = merged.family.or(r.family);
+            merged.model = merged.model.or(r.model);
+            merged.model_name = merged.model_name.or_else(|| r.model_name.clone());
+            merged.isa_features = merged.isa_features.or_else(|| r.isa_features.clone());
+            merged.l1d_bytes = merged.l1d_bytes.or(r.l1d_bytes);
+            merged.l2_bytes = merged.l2_bytes.or(r.l2_bytes);
+            merged.l3_bytes = merged.l3_bytes.or(r.l3_bytes);
+            merged.cpus = merged.cpus.or(r.cpus);
+        }
+        let table = fingerprint_table(&merged, &self.name)?;
         doc.insert("fingerprint", toml_edit::Item::Table(table));
         let updated = doc.to_string();
         // What is written must still be this profile, with the host recorded.

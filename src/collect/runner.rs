@@ -453,6 +453,33 @@ impl<'a> Meter<'a> {
     }
 }
 
+/// Up to `take` groups from the front of a quick queue, each of another config (a config's first batch size and
+/// the rest of it are never measured side by side, so a failure of the first still ends the rest), dropping the
+/// groups of configs whose first sample failed.
+fn draw_quick(queue: &mut VecDeque<VecDeque<Sample>>, take: usize, failed: &HashSet<String>) -> Vec<VecDeque<Sample>> {
+    let mut window = Vec::with_capacity(take);
+    let mut drawn: Vec<String> = Vec::with_capacity(take);
+    let mut deferred = Vec::new();
+    while window.len() < take {
+        let Some(group) = queue.pop_front() else { break };
+        let Some(first) = group.front() else { continue };
+        let identity = config_identity(first);
+        if failed.contains(&identity) {
+            continue;
+        }
+        if drawn.contains(&identity) {
+            deferred.push(group);
+        } else {
+            drawn.push(identity);
+            window.push(group);
+        }
+    }
+    for group in deferred.into_iter().rev() {
+        queue.push_front(group);
+    }
+    window
+}
+
 /// A sample's config without its batch size (the same for every batch size of one config).
 fn config_identity(sample: &Sample) -> String {
     let mut config = sample.config.clone();
@@ -559,6 +586,7 @@ pub fn collect(
         round_robin(pending)
     };
     observer.planned(queue.iter().map(|g| g.len()).sum());
+    let mut failed_configs: HashSet<String> = HashSet::new();
 
     let mut meter = Meter::new(profile, executor, observer);
     let mut measured: BTreeMap<LayerType, Vec<Sample>> = BTreeMap::new();
@@ -580,7 +608,11 @@ pub fn collect(
             None => usize::MAX,
         };
         let take = profile.protocol.group_size.min(allowance).min(queue.len());
-        let mut window: Vec<VecDeque<Sample>> = queue.drain(..take).collect();
+        let mut window: Vec<VecDeque<Sample>> =
+            if options.quick { draw_quick(&mut queue, take, &failed_configs) } else { queue.drain(..take).collect() };
+        if window.is_empty() {
+            continue;
+        }
         let batch: Vec<Sample> = window.iter_mut().filter_map(|g| g.pop_front()).collect();
         let results = meter.measure_group(batch);
         if let Some(lost) = meter.probe_lost.take() {
@@ -596,9 +628,8 @@ pub fn collect(
             if sample.status == Status::Failed {
                 group.clear();
                 if options.quick {
-                    // The rest of the config's batch sizes, queued behind every config's first.
-                    let failed = config_identity(sample);
-                    queue.retain(|g| g.front().is_none_or(|s| config_identity(s) != failed));
+                    // The rest of the config's batch sizes is queued behind every config's first.
+                    failed_configs.insert(config_identity(sample));
                 }
             }
         }

@@ -97,11 +97,15 @@ impl Fingerprint {
         let (vendor, family, model, model_name) = if field("CPU implementer").is_some() {
             let implementer = number("CPU implementer");
             let part = number("CPU part");
+            // The core's name from its part number where known: some vendor kernels print a generic
+            // `model name` ("ARMv8 Processor rev 1 (v8l)").
+            let core = arm_core_name(implementer, part);
+            let known = !core.starts_with("part ");
             (
                 implementer.map(arm_implementer),
                 number("CPU architecture"),
                 part,
-                field("model name").or_else(|| Some(arm_core_name(implementer, part))),
+                if known { Some(core) } else { field("model name").or(Some(core)) },
             )
         } else {
             (field("vendor_id"), number("cpu family"), number("model"), field("model name"))
@@ -144,7 +148,8 @@ impl Fingerprint {
         check("l1d_bytes", bytes(recorded.l1d_bytes), bytes(self.l1d_bytes));
         check("l2_bytes", bytes(recorded.l2_bytes), bytes(self.l2_bytes));
         check("l3_bytes", bytes(recorded.l3_bytes), bytes(self.l3_bytes));
-        check("cpus", recorded.cpus.map(|v| v.to_string()), self.cpus.map(|v| v.to_string()));
+        // Not `cpus`: how many CPUs a process may use changes with taskset, cgroups or a board's power mode on
+        // the same machine; it is recorded and shown, and weighs in `distance`.
         out
     }
 
@@ -158,7 +163,6 @@ impl Fingerprint {
             && (self.l1d_bytes.is_some() || host.l1d_bytes.is_none())
             && (self.l2_bytes.is_some() || host.l2_bytes.is_none())
             && (self.l3_bytes.is_some() || host.l3_bytes.is_none())
-            && (self.cpus.is_some() || host.cpus.is_none())
     }
 
     /// A distance between two machines for choosing the nearest shipped device: architecture and vendor weigh
@@ -369,7 +373,7 @@ mod tests {
 
     const INTEL: &str = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 167\n\
                          model name\t: Intel(R) Xeon(R)   Processor\nflags\t\t: fpu avx2\n";
-    const PI4: &str = "processor\t: 0\nBogoMIPS\t: 108.00\nCPU implementer\t: 0x41\nCPU architecture: 8\n\
+    const PI4: &str = "processor\t: 0\nmodel name\t: ARMv8 Processor rev 3 (v8l)\nBogoMIPS\t: 108.00\nCPU implementer\t: 0x41\nCPU architecture: 8\n\
                        CPU variant\t: 0x0\nCPU part\t: 0xd08\nCPU revision\t: 3\n";
 
     fn caches(dir: &Path, entries: &[(&str, &str, &str)]) {
@@ -421,7 +425,12 @@ mod tests {
         let fields: Vec<_> = host.differences(&other).iter().map(|d| d.field).collect();
         assert_eq!(fields, ["family", "model"]);
         assert!(host.distance(&other) > 0.0 && host.distance(&host) == 0.0);
-        assert!(host.distance(&board) > host.distance(&other));
+        if host.arch != "aarch64" {
+            assert!(host.distance(&board) > host.distance(&other));
+        }
+        // Fewer usable CPUs (taskset, cgroups) is the same machine.
+        let fewer = Fingerprint { cpus: Some(1), ..host.clone() };
+        assert!(host.differences(&fewer).is_empty());
     }
 
     #[test]

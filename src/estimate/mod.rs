@@ -1112,24 +1112,28 @@ impl Estimate {
 
     /// The estimate brought to this machine by `zero_shot` (every layer's latency and energy scaled by its
     /// kind's factor), with `note` added and the probes recorded.
+    /// Power and energy become null: the power models are the other machine's.
     pub fn with_zero_shot(mut self, zero_shot: &zero_shot::ZeroShot, note: String) -> Estimate {
-        let (mut latency_change, mut energy_change) = (0.0, 0.0);
+        let mut latency_change = 0.0;
+        let had_power = self.layers.iter().any(|l| l.power_w.is_some());
         for layer in self.layers.iter_mut() {
             let f = zero_shot.factor(layer.layer_type);
             if let Some(ms) = layer.latency_ms {
                 latency_change += ms * (f - 1.0);
                 layer.latency_ms = Some(ms * f);
             }
-            if let Some(mj) = layer.energy_mj {
-                energy_change += mj * (f - 1.0);
-                layer.energy_mj = Some(mj * f);
-            }
+            layer.power_w = None;
+            layer.energy_mj = None;
         }
         self.total.latency_ms += latency_change;
-        if let Some(total) = self.total.energy_mj.as_mut() {
-            *total += energy_change;
-        }
+        self.total.energy_mj = None;
         self.notes.push(note);
+        if had_power {
+            self.notes.push(format!(
+                "power and energy are null: device '{}''s power models describe its own machine, not this one",
+                zero_shot.source_device
+            ));
+        }
         self.zero_shot = Some(zero_shot.clone());
         self
     }
