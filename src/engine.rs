@@ -31,6 +31,28 @@ pub trait Workload {
     fn run(&mut self) -> Result<()>;
 }
 
+/// Wall times (ms) of `workload` after `burn_in` untimed runs: at least `min_runs`, then more until `budget`
+/// has passed, at most `max_runs` (for short microbenchmarks: roofline and zero-shot probes).
+pub fn time_runs(
+    workload: &mut dyn Workload,
+    burn_in: usize,
+    min_runs: usize,
+    budget: std::time::Duration,
+    max_runs: usize,
+) -> Result<Vec<f64>> {
+    for _ in 0..burn_in {
+        workload.run()?;
+    }
+    let started = std::time::Instant::now();
+    let mut times = Vec::with_capacity(min_runs);
+    while times.len() < min_runs || (started.elapsed() < budget && times.len() < max_runs) {
+        let t = std::time::Instant::now();
+        workload.run()?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(times)
+}
+
 pub trait Executor: Send + Sync {
     /// Engine name and version, recorded as provenance (e.g. `tract 0.23.9`).
     fn describe(&self) -> String;

@@ -1,7 +1,6 @@
 //! `perfmodel device ...`: make a device for this machine, and show what this machine is.
 
 use super::default_dir;
-use perfmodel::collect::profile::HostMatch;
 use perfmodel::collect::DeviceProfile;
 use perfmodel::device::init::{init, InitOptions};
 use perfmodel::device::Fingerprint;
@@ -81,14 +80,7 @@ fn run_fingerprint(args: FingerprintArgs) -> anyhow::Result<()> {
     println!();
     println!("# {}", host.summary());
     for p in DeviceProfile::list(&dir)? {
-        let verdict = match p.check_host(host) {
-            Ok(HostMatch::Recorded) => "made for this machine".to_string(),
-            Ok(HostMatch::Partial) => {
-                "matches what it records of its machine (its first collection here completes it)".into()
-            }
-            Ok(HostMatch::Unrecorded) => "records no machine".into(),
-            Err(_) => format!("another machine: {}", p.fingerprint.as_ref().map(|f| f.summary()).unwrap_or_default()),
-        };
+        let verdict = p.machine_status(host);
         println!("# {:<12} {verdict}", p.name);
     }
     Ok(())

@@ -1,7 +1,6 @@
 //! `perfmodel devices`: the device profiles, and what of each works on this machine.
 
 use super::default_dir;
-use perfmodel::collect::profile::HostMatch;
 use perfmodel::collect::sensors::{nvml_device_memory_used, power_sensor, MemorySensor, Sensor};
 use perfmodel::collect::{DeviceProfile, SensorSpec};
 use perfmodel::engine::{Executor, TractExecutor};
@@ -25,13 +24,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(!profiles.is_empty(), "no device profiles (*.toml) in {}", dir.display());
     for p in profiles {
         println!("{}: {}", p.name, p.description);
-        let host = perfmodel::device::Fingerprint::of_host();
-        let machine = match (p.check_host(host), &p.fingerprint) {
-            (Err(_), Some(f)) => format!("another machine: {} (collect and calibrate refuse it here)", f.summary()),
-            (Ok(HostMatch::Recorded), _) => "this machine".to_string(),
-            (Ok(HostMatch::Partial), Some(f)) => format!("{} (partly recorded; matches this machine)", f.summary()),
-            _ => "not recorded (its first collection records the machine it runs on)".to_string(),
-        };
+        let machine = p.machine_status(perfmodel::device::Fingerprint::of_host());
         println!("  machine      {machine}");
         let engine = match TractExecutor::new(p.threads) {
             Ok(e) => format!("{} ({} thread(s)): available", e.describe(), p.threads),

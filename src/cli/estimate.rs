@@ -123,7 +123,7 @@ impl EstimatorArgs {
     /// this one, as a note (it opens every store, so the CLI asks, not the library's `Estimator::open`).
     pub fn trained_here_note(&self, estimator: &Estimator) -> Option<String> {
         estimator.trained_elsewhere()?;
-        let models = self.models_dir.clone().unwrap_or_else(|| default_dir("models"));
+        let models = self.models_dir();
         let here: Vec<String> = perfmodel::train::store::devices_trained_here(&models)
             .into_iter()
             .map(|d| format!("'{d}' (--device {d})"))
@@ -137,7 +137,7 @@ impl EstimatorArgs {
     }
 
     pub fn open(&self, device: &str) -> anyhow::Result<Estimator> {
-        let models = self.models_dir.clone().unwrap_or_else(|| default_dir("models"));
+        let models = self.models_dir();
         let data = self.data_dir.clone().unwrap_or_else(|| default_dir("data"));
         let collectors = self.collectors_dir();
         let dirs = Dirs { models: &models, data: &data, collectors: &collectors };

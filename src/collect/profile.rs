@@ -175,8 +175,7 @@ impl DeviceProfile {
     /// Load `collectors_dir/NAME.toml`. An unknown name lists the known ones.
     pub fn load(collectors_dir: &Path, name: &str) -> Result<DeviceProfile> {
         let path = collectors_dir.join(format!("{name}.toml"));
-        let valid_name = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-        if !valid_name || !path.is_file() {
+        if !Self::valid_name(name) || !path.is_file() {
             let known = Self::names(collectors_dir)?;
             return Err(Error::Device {
                 device: name.to_string(),
@@ -191,6 +190,27 @@ impl DeviceProfile {
         let mut profile = Self::parse(&text, name, &path)?;
         profile.path = path;
         Ok(profile)
+    }
+
+    /// Whether `name` can name a device (and its profile, data and model files): letters, digits, '-', '_'.
+    pub fn valid_name(name: &str) -> bool {
+        !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    }
+
+    /// What this profile's recorded machine is to `host`, in words (for `devices` and `device fingerprint`).
+    pub fn machine_status(&self, host: &Fingerprint) -> String {
+        let recorded = || self.fingerprint.as_ref().map(|f| f.summary()).unwrap_or_default();
+        match self.check_host(host) {
+            Err(_) => format!("another machine: {} (collect and calibrate refuse it here)", recorded()),
+            Ok(HostMatch::Recorded) => "this machine".to_string(),
+            Ok(HostMatch::Partial) => {
+                format!(
+                    "{} (partly recorded, matches this machine; its first collection here completes it)",
+                    recorded()
+                )
+            }
+            Ok(HostMatch::Unrecorded) => "not recorded (its first collection records the machine it runs on)".into(),
+        }
     }
 
     /// Parse profile text; `path` is only for messages.

@@ -78,19 +78,9 @@ pub fn measure_peak_gflops(executor: &dyn Executor, budget: Duration) -> Result<
     let json: serde_json::Value = serde_json::from_str(PEAK_LAYER).expect("PEAK_LAYER is valid JSON");
     let config = LayerConfig::from_json(&json).map_err(|e| Error::Invalid(format!("peak layer: {e}")))?;
     let mut workload = executor.prepare_layer(&config)?;
-    for _ in 0..2 {
-        workload.run()?;
-    }
-    let started = Instant::now();
-    let mut best = f64::INFINITY;
-    let mut runs = 0;
-    while runs < 5 || (started.elapsed() < budget && runs < 1000) {
-        let t = Instant::now();
-        workload.run()?;
-        best = best.min(t.elapsed().as_secs_f64());
-        runs += 1;
-    }
-    Ok(PEAK_FLOP / best / 1e9)
+    let times = crate::engine::time_runs(workload.as_mut(), 2, 5, budget, 1000)?;
+    let best_ms = times.iter().copied().fold(f64::INFINITY, f64::min);
+    Ok(PEAK_FLOP / (best_ms / 1e3) / 1e9)
 }
 
 /// Memory bandwidth in GB/s (read plus written bytes): the fastest of repeated copies of a 256 MiB buffer, split
@@ -177,8 +167,7 @@ pub struct Initialised {
 /// Write `collectors_dir/NAME.toml` for this machine. An existing profile is kept unless `options.force`.
 pub fn init(collectors_dir: &Path, name: &str, options: &InitOptions) -> Result<Initialised> {
     let fail = |message: String| Error::Device { device: name.to_string(), message };
-    let valid_name = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if !valid_name {
+    if !DeviceProfile::valid_name(name) {
         return Err(fail("a device name is letters, digits, '-' and '_'".into()));
     }
     if !EXECUTORS.contains(&options.executor.as_str()) {

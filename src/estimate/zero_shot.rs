@@ -207,16 +207,7 @@ fn layer_type_name<S: serde::Serializer>(t: &LayerType, s: S) -> std::result::Re
 /// Median wall time of one layer run, ms.
 fn time_layer(executor: &dyn Executor, config: &LayerConfig) -> Result<f64> {
     let mut workload = executor.prepare_layer(config)?;
-    for _ in 0..2 {
-        workload.run()?;
-    }
-    let started = Instant::now();
-    let mut times = Vec::new();
-    while times.len() < MIN_RUNS || (started.elapsed() < RUN_TIME && times.len() < 1000) {
-        let t = Instant::now();
-        workload.run()?;
-        times.push(t.elapsed().as_secs_f64() * 1e3);
-    }
+    let mut times = crate::engine::time_runs(workload.as_mut(), 2, MIN_RUNS, RUN_TIME, 1000)?;
     times.sort_by(f64::total_cmp);
     Ok(times[times.len() / 2])
 }

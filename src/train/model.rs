@@ -220,6 +220,23 @@ impl TransferMode {
     }
 }
 
+/// `f` of `features` followed by `appended`, built on the stack for the usual feature counts: no allocation per
+/// prediction.
+fn with_appended<R>(features: &[f64], appended: &[f64], f: impl FnOnce(&mut [f64]) -> R) -> R {
+    let width = features.len() + appended.len();
+    let mut buffer = [0.0f64; 64];
+    let mut heap = Vec::new();
+    let input: &mut [f64] = if width <= buffer.len() {
+        &mut buffer[..width]
+    } else {
+        heap.resize(width, 0.0);
+        &mut heap
+    };
+    input[..features.len()].copy_from_slice(features);
+    input[features.len()..].copy_from_slice(appended);
+    f(input)
+}
+
 /// Smallest source prediction a ratio is taken of (ms, W or MiB): a layer the source predicts at 0 still has
 /// a time here.
 pub const MIN_PRIOR: f64 = 1e-6;
@@ -239,20 +256,7 @@ impl Transfer {
         let prior = self.source.predict(features);
         match self.mode {
             TransferMode::Ratio => self.correction.predict(features) * prior.max(MIN_PRIOR),
-            TransferMode::Feature => {
-                let mut buffer = [0.0f64; 64];
-                let mut heap = Vec::new();
-                let width = features.len() + 1;
-                let input: &mut [f64] = if width <= buffer.len() {
-                    &mut buffer[..width]
-                } else {
-                    heap.resize(width, 0.0);
-                    &mut heap
-                };
-                input[..features.len()].copy_from_slice(features);
-                input[features.len()] = prior;
-                self.correction.predict(input)
-            }
+            TransferMode::Feature => with_appended(features, &[prior], |input| self.correction.predict(input)),
         }
     }
 }
@@ -536,28 +540,17 @@ impl Predictor {
         }
         let extra = self.engine_features.as_ref().map(|e| (e.values(features), e.width()));
         let raw = if self.log_features || extra.is_some() {
-            // The model's input on the stack for the usual feature counts: no allocation per prediction.
-            let width = features.len() + extra.map_or(0, |(_, width)| width);
-            let mut buffer = [0.0f64; 64];
-            let mut heap = Vec::new();
-            let input: &mut [f64] = if width <= buffer.len() {
-                &mut buffer[..width]
-            } else {
-                heap.resize(width, 0.0);
-                &mut heap
-            };
-            input[..features.len()].copy_from_slice(features);
-            if let Some((values, width)) = extra {
-                input[features.len()..].copy_from_slice(&values[..width]);
-            }
-            if self.log_features {
-                let mut j = 0;
-                while j < input.len() {
-                    input[j] = log_feature(input[j]);
-                    j += 1;
+            let appended = extra.as_ref().map_or(&[][..], |(values, width)| &values[..*width]);
+            with_appended(features, appended, |input| {
+                if self.log_features {
+                    let mut j = 0;
+                    while j < input.len() {
+                        input[j] = log_feature(input[j]);
+                        j += 1;
+                    }
                 }
-            }
-            self.model.predict_raw(input)
+                self.model.predict_raw(input)
+            })
         } else {
             self.model.predict_raw(features)
         };
