@@ -11,6 +11,7 @@
 
 pub mod packing;
 mod profile;
+pub mod rules;
 
 pub use profile::{
     profile_network, profile_networks, profile_networks_between, profile_networks_observed, BenchObserver, BenchStep,

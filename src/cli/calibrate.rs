@@ -190,7 +190,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .iter()
             .zip(&measured.layers)
             .zip(&costs)
-            .filter(|((e, _), _)| e.layer_type == LayerType::Dense && !e.predictor.starts_with("fused"))
+            .filter(|((e, _), _)| e.layer_type == LayerType::Dense && e.predictor.fused_into().is_none())
             .filter(|((_, m), _)| m.latency_ms > 0.0)
             .filter_map(|((e, m), cost)| {
                 Some(DenseLayerPoint {
@@ -257,7 +257,7 @@ fn residual_add_points(
         net.layers.iter().enumerate().map(|(i, l)| (l.name.as_str(), i)).collect();
     let mut points = Vec::new();
     for (conv, e) in estimate.layers.iter().enumerate() {
-        let Some(add) = e.predictor.rsplit_once("+add:").and_then(|(_, name)| index.get(name).copied()) else {
+        let Some(add) = e.predictor.fused_add().and_then(|name| index.get(name).copied()) else {
             continue;
         };
         let (Some(predicted_ms), Some(conv_ms), Some(add_ms)) = (

@@ -32,20 +32,23 @@ pub mod baseline;
 pub mod calibration;
 pub mod memory;
 pub mod outliers;
+mod passes;
 pub mod report;
 pub mod structure;
 pub mod validate;
 pub mod zero_shot;
 
 use crate::collect::profile::DeviceProfile;
+use crate::engine::rules::{EngineRules, Generic, Tract};
 use crate::error::{Error, Location, Result};
-use crate::layer::{Activation, LayerConfig, LayerCost, LayerError, LayerType, Op, Shape};
+use crate::layer::{LayerConfig, LayerCost, LayerError, LayerType};
 use crate::metric::Metric;
-use crate::network::{Analysis, Network, Source};
+use crate::network::Network;
 use crate::train::ModelStore;
 use baseline::{Roofline, Templates};
 use calibration::{Calibration, Correction};
-use memory::{Step, BYTES_PER_ELEMENT, MIB};
+use memory::{BYTES_PER_ELEMENT, MIB};
+pub use passes::AnsweredBy;
 use serde::{Serialize, Serializer};
 use std::path::Path;
 
@@ -103,7 +106,7 @@ impl Method {
         config: &LayerConfig,
         cost: &LayerCost,
         cache: bool,
-    ) -> std::result::Result<Option<Prediction>, LayerError> {
+    ) -> std::result::Result<Option<passes::Prediction>, LayerError> {
         let layer_type = config.layer_type();
         match self {
             Method::Learned(store) => {
@@ -122,30 +125,30 @@ impl Method {
                     }
                 };
                 let p = if cache { cached_prediction(store.id(), layer_type, &features, predict) } else { predict() };
-                Ok(Some(Prediction {
+                Ok(Some(passes::Prediction {
                     latency_ms: p.latency_ms,
                     power_w: p.power_w,
                     memory_mib: p.memory_mib,
                     weight_bytes: p.weight_bytes,
-                    predictor: latency.method().to_string(),
+                    name: latency.method().to_string(),
                 }))
             }
-            Method::Paleo(roofline) if layer_type != LayerType::Unsupported => Ok(Some(Prediction {
+            Method::Paleo(roofline) if layer_type != LayerType::Unsupported => Ok(Some(passes::Prediction {
                 latency_ms: roofline.latency_ms(cost),
                 power_w: None,
                 memory_mib: None,
                 weight_bytes: None,
-                predictor: "paleo".to_string(),
+                name: "paleo".to_string(),
             })),
             Method::Paleo(_) => Ok(None),
             Method::Template(templates) if templates.has(layer_type) => {
                 let features = config.features()?;
-                Ok(templates.nearest(layer_type, &features).map(|m| Prediction {
+                Ok(templates.nearest(layer_type, &features).map(|m| passes::Prediction {
                     latency_ms: m.latency_ms,
                     power_w: m.power_w,
                     memory_mib: m.workspace_mib.map(|w| w + footprint_mib(cost)),
                     weight_bytes: None,
-                    predictor: format!("template:{}", m.key),
+                    name: format!("template:{}", m.key),
                 }))
             }
             Method::Template(_) => Ok(None),
@@ -192,53 +195,6 @@ fn footprint_mib(cost: &LayerCost) -> f64 {
     ((cost.input_elems + cost.output_elems + cost.weight_elems) * BYTES_PER_ELEMENT) as f64 / MIB
 }
 
-/// What a method says about one layer.
-struct Prediction {
-    latency_ms: f64,
-    power_w: Option<f64>,
-    /// The layer's whole memory while it runs, as the collector measures it (inputs, output, weights, scratch).
-    memory_mib: Option<f64>,
-    /// Bytes the engine keeps for the layer's weights when the memory model knows them (tract's packed
-    /// weights on this machine), else `None`: the f32 weights count.
-    weight_bytes: Option<u64>,
-    predictor: String,
-}
-
-/// How a layer's predicted memory divides: what stays resident for the whole run and the workspace its step
-/// holds beyond its inputs, output and those.
-struct Held {
-    /// The engine's weights (packed when the memory model knows tract here, else f32).
-    weight_bytes: u64,
-    /// Tables tract's plan keeps for the whole run ([`crate::engine::packing::tract_plan_bytes`]); 0 when the
-    /// models are not tract's on this machine.
-    plan_bytes: u64,
-    /// `None` without a memory prediction.
-    workspace_bytes: Option<u64>,
-}
-
-impl Prediction {
-    /// `models_tract`: the models describe tract ([`Method::models_tract`]).
-    fn held(&self, config: &LayerConfig, cost: &LayerCost, models_tract: bool) -> Held {
-        let (weight_bytes, plan_bytes) = match self.weight_bytes {
-            // Packed weights mean the models are tract's on this machine: so is its plan.
-            Some(bytes) => (bytes, crate::engine::packing::tract_plan_bytes(config)),
-            // tract folds a batch norm's four vectors (scale, shift, mean, variance) into a multiply and an add
-            // by one vector each (`OptBinChain(Mul+Add)`).
-            None if models_tract && matches!(config.op, Op::BatchNorm) => {
-                (cost.weight_elems / 2 * BYTES_PER_ELEMENT, 0)
-            }
-            None => (cost.weight_elems * BYTES_PER_ELEMENT, 0),
-        };
-        let workspace_bytes = self.memory_mib.map(|m| {
-            // `as` saturates: an absurd extrapolation stays huge instead of wrapping.
-            let predicted = if m.is_finite() && m > 0.0 { (m * MIB) as u64 } else { 0 };
-            let io_bytes = (cost.input_elems + cost.output_elems) * BYTES_PER_ELEMENT;
-            predicted.saturating_sub(io_bytes.saturating_add(weight_bytes).saturating_add(plan_bytes))
-        });
-        Held { weight_bytes, plan_bytes, workspace_bytes }
-    }
-}
-
 /// Where the inputs of the estimation methods live.
 #[derive(Debug, Clone, Copy)]
 pub struct Dirs<'a> {
@@ -269,6 +225,8 @@ pub struct Estimator {
     layer_cache: bool,
     /// What the engine keeps per layer besides weights, by kind ([`structure`]): counted as resident.
     structure: Option<structure::EngineStructure>,
+    /// The engine rules the estimate follows ([`Estimator::rules`]).
+    rules: &'static dyn EngineRules,
 }
 
 impl Estimator {
@@ -352,6 +310,7 @@ impl Estimator {
     }
 
     pub fn new(device: &str, method: Method) -> Estimator {
+        let method_models_tract = method.models_tract();
         let memory_bandwidth_gbs = match &method {
             Method::Paleo(r) => Some(r.memory_bandwidth_gbs),
             _ => None,
@@ -367,7 +326,15 @@ impl Estimator {
             trained_elsewhere: None,
             layer_cache: true,
             structure: None,
+            rules: if method_models_tract { &Tract } else { &Generic },
         }
+    }
+
+    /// Follow another engine's rules (by default tract's when the learned models describe tract, else
+    /// [`Generic`]): the seam a second engine's models plug into.
+    pub fn with_rules(mut self, rules: &'static dyn EngineRules) -> Estimator {
+        self.rules = rules;
+        self
     }
 
     /// Remember the learned models' answer for each layer configuration, per thread (on by default). The
@@ -442,278 +409,48 @@ impl Estimator {
         &self.method
     }
 
-    /// Workspace of a 1×1 convolution over a concat tract never builds (see [`unmaterialised_concats`]): it
-    /// computes one product per part, so the largest of the workspaces predicted for each part alone, plus the
-    /// partial sum the next part adds to. `None` when a part has no memory prediction.
-    fn part_workspace(
-        &self,
-        config: &LayerConfig,
-        parts: &[Shape],
-        output_bytes: u64,
-        models_tract: bool,
-    ) -> std::result::Result<Option<u64>, LayerError> {
-        let mut largest = 0u64;
-        for part in parts {
-            let part_config = LayerConfig { input_shapes: vec![part.clone()], ..config.clone() };
-            let cost = part_config.cost()?;
-            let Some(p) = self.method.predict(&part_config, &cost, self.layer_cache)? else { return Ok(None) };
-            let Some(workspace) = p.held(&part_config, &cost, models_tract).workspace_bytes else { return Ok(None) };
-            largest = largest.max(workspace);
-        }
-        Ok(Some(largest.saturating_add(output_bytes)))
+    /// The engine rules the estimate follows: tract's when the learned models describe tract
+    /// ([`Method::models_tract`]), else the generic ones.
+    pub fn rules(&self) -> &'static dyn EngineRules {
+        self.rules
     }
 
-    /// Estimate a network at its own batch size.
+    /// The method's answer for one layer, remembered per thread when the layer cache is on.
+    fn predict(
+        &self,
+        config: &LayerConfig,
+        cost: &LayerCost,
+    ) -> std::result::Result<Option<passes::Prediction>, LayerError> {
+        self.method.predict(config, cost, self.layer_cache)
+    }
+
+    /// Estimate a network at its own batch size: the engine's rules make a plan of it, then the passes predict
+    /// the layers that run and combine latency, energy and memory over the plan ([`passes`]).
     pub fn estimate(&self, net: &Network) -> Result<Estimate> {
         let analysis = net.analyze()?;
-        let n = net.layers.len();
-        let mut consumers = vec![0u32; n];
-        for sources in &analysis.sources {
-            for s in sources {
-                if let Source::Layer(j) = s {
-                    consumers[*j] += 1;
-                }
-            }
-        }
-        let total_flops = analysis.total_flops();
-        let models_tract = self.method.models_tract();
-        // The network's f32 weights as the calibration counts them (before any engine layout).
-        let network_weight_bytes: u64 = analysis.costs.iter().map(|c| c.weight_elems * BYTES_PER_ELEMENT).sum();
+        let mut plan = self.rules.plan(net, &analysis);
+        let (answers, uncovered) = passes::predict(self, net, &analysis, &mut plan)?;
         let correction = self.calibration.as_ref().map(|c| c.correction);
-        let mut fused_into: Vec<Option<usize>> = vec![None; n];
-        let padding_into = padding_fused_into(net, &analysis.sources, &consumers);
-        let (concat_read_by, reads_concat) =
-            if models_tract { unmaterialised_concats(net, &analysis) } else { (vec![None; n], vec![None; n]) };
-        let add_fused_into = if models_tract { residual_adds_fused(net, &analysis, &consumers) } else { vec![None; n] };
-        let mut fused_add_of: Vec<Option<usize>> = vec![None; n];
-        for (add, fused) in add_fused_into.iter().enumerate() {
-            if let Some((conv, _)) = fused {
-                fused_add_of[*conv] = Some(add);
-            }
-        }
-        // Adds whose time their convolution took on (set when the convolution, which comes first, is predicted):
-        // an add fused into a convolution without a prediction, or without one of its own, is predicted as itself.
-        let mut absorbed = vec![false; n];
-        let mut layers = Vec::with_capacity(n);
-        let mut steps = Vec::with_capacity(n);
-        let mut uncovered = Vec::new();
-        let (mut missing_power, mut missing_memory) = (0usize, 0usize);
-        let mut all_weight_bytes = 0u64;
-        // What the engine keeps per layer besides weights and tables ([`structure`]); signed (see there).
-        let mut structure_bytes = 0.0f64;
-        for (i, layer) in net.layers.iter().enumerate() {
-            let layer_type = layer.op.layer_type();
-            let cost = &analysis.costs[i];
-            let io_bytes = (cost.input_elems + cost.output_elems) * BYTES_PER_ELEMENT;
-            let mut weight_bytes = cost.weight_elems * BYTES_PER_ELEMENT;
-            let mut row = LayerEstimate {
-                name: layer.name.clone(),
-                layer_type,
-                latency_ms: Some(0.0),
-                power_w: None,
-                energy_mj: None,
-                memory_mib: 0.0,
-                in_use_mib: None,
-                predictor: String::new(),
-            };
-            let mut workspace_bytes = 0u64;
-            // Tables the engine's plan keeps for the whole run (see `tract_plan_bytes`): resident like weights.
-            let mut plan_bytes = 0u64;
-            // The layer's own part of the engine's structure, which its measured memory includes.
-            let mut alone_bytes = 0u64;
-            let executes = if layer_type.is_free() {
-                row.predictor.push_str("free");
-                false
-            } else if let Some(conv) = padding_into[i].or(concat_read_by[i]) {
-                row.predictor = format!("fused:{}", net.layers[conv].name);
-                false
-            } else if let Some((conv, _)) = add_fused_into[i].filter(|_| absorbed[i]) {
-                // What reads the add alone (the ReLU of a ResNet v1 projection block) is taken in too.
-                fused_into[i] = Some(conv);
-                row.predictor = format!("fused:{}", net.layers[conv].name);
-                false
-            } else if let Some(owner) = fusion_owner(net, &analysis.sources, &consumers, &fused_into, i, models_tract) {
-                fused_into[i] = Some(owner);
-                row.predictor = format!("fused:{}", net.layers[owner].name);
-                false
-            } else {
-                let config = analysis.config(net, i);
-                // The layer's part of the engine's plan: measured alone, its memory includes it (`alone`, taken out
-                // of the workspace below); in the network it is resident (`in_network`: a chained follower adds
-                // less, a product over an unbuilt concat is one product per part, and an activation the layer
-                // computes is a fused op or a node of its own).
-                let (alone, in_network) = match &self.structure {
-                    Some(s) => {
-                        let own_kind = structure::kind_of(&config);
-                        let alone = s.bytes(own_kind);
-                        let kind = structure_kind(net, &analysis.sources, &consumers, &steps, i, own_kind);
-                        let products = reads_concat[i].map_or(1, |concat| analysis.sources[concat].len().max(1));
-                        let activation = own_activation_kind(&layer.op, models_tract).map_or(0.0, |k| s.bytes(k));
-                        (alone, s.bytes(kind) * products as f64 + activation)
-                    }
-                    None => (0.0, 0.0),
-                };
-                alone_bytes = alone.max(0.0) as u64;
-                structure_bytes += in_network;
-                let prediction =
-                    self.method.predict(&config, cost, self.layer_cache).map_err(|e| layer_error(net, i, e))?;
-                match prediction {
-                    Some(p) => {
-                        let held = p.held(&config, cost, models_tract);
-                        (weight_bytes, plan_bytes) = (held.weight_bytes, held.plan_bytes);
-                        match held.workspace_bytes {
-                            Some(bytes) => workspace_bytes = bytes.saturating_sub(alone_bytes),
-                            None => missing_memory += 1,
-                        }
-                        row.latency_ms = Some(p.latency_ms);
-                        row.power_w = p.power_w;
-                        row.predictor = p.predictor;
-                        if let Some(add) = fused_add_of[i] {
-                            // The add runs inside this layer's product: its work is part of this layer's time.
-                            let add_config = analysis.config(net, add);
-                            let add_cost = &analysis.costs[add];
-                            let add_ms = match self.method.predict(&add_config, add_cost, self.layer_cache) {
-                                Ok(Some(p)) => Some(p.latency_ms),
-                                Ok(None) => self.memory_bandwidth_gbs.map(|gbs| {
-                                    let bytes = (add_cost.input_elems + add_cost.output_elems) * BYTES_PER_ELEMENT;
-                                    1e3 * bytes as f64 / (gbs * 1e9)
-                                }),
-                                Err(e) => return Err(layer_error(net, add, e)),
-                            };
-                            if let Some(ms) = add_ms {
-                                row.latency_ms = Some(p.latency_ms + ms);
-                                row.predictor.push_str(&format!("+add:{}", net.layers[add].name));
-                                absorbed[add] = true;
-                            }
-                        }
-                        if let (Some(concat), Some(_)) = (reads_concat[i], held.workspace_bytes) {
-                            let parts = &analysis.config(net, concat).input_shapes;
-                            let output_bytes = cost.output_elems * BYTES_PER_ELEMENT;
-                            if let Some(bytes) = self
-                                .part_workspace(&config, parts, output_bytes, models_tract)
-                                .map_err(|e| layer_error(net, i, e))?
-                            {
-                                workspace_bytes = bytes.saturating_sub(alone_bytes);
-                            }
-                        }
-                    }
-                    None => match self.memory_bandwidth_gbs {
-                        Some(gbs) if is_memory_bound(layer_type) => {
-                            row.latency_ms = Some(1e3 * io_bytes as f64 / (gbs * 1e9));
-                            row.predictor.push_str("analytic:bandwidth");
-                        }
-                        _ => {
-                            row.latency_ms = None;
-                            row.predictor.push_str("uncovered");
-                            uncovered.push(Uncovered {
-                                name: layer.name.clone(),
-                                layer_type,
-                                flops: cost.flops,
-                                flops_share: if total_flops > 0 { cost.flops as f64 / total_flops as f64 } else { 0.0 },
-                            });
-                        }
-                    },
-                }
-                true
-            };
-            if executes {
-                // The layer's whole memory while it runs, as measured alone (its structure back in).
-                row.memory_mib = (io_bytes + weight_bytes + plan_bytes + workspace_bytes + alone_bytes) as f64 / MIB;
-                if let (Some(c), Some(t)) = (correction, row.latency_ms) {
-                    let weight_bytes = cost.weight_elems * BYTES_PER_ELEMENT;
-                    let t = match fused_add_of[i].filter(|&add| absorbed[add]) {
-                        Some(add) => t + c.residual_add_ms(analysis.costs[add].output_elems * BYTES_PER_ELEMENT),
-                        None => t,
-                    };
-                    row.latency_ms = Some(c.layer_latency_ms(layer_type, weight_bytes, network_weight_bytes, t));
-                }
-            }
-            if self.has_power {
-                row.energy_mj = match (row.latency_ms, row.power_w) {
-                    (Some(t), Some(p)) => Some(t * p),
-                    (Some(_), None) if !executes => Some(0.0),
-                    _ => {
-                        missing_power += 1;
-                        None
-                    }
-                };
-            }
-            if executes {
-                all_weight_bytes += weight_bytes + plan_bytes;
-            } else if let (Some(_), Some(s)) = (fused_into[i], &self.structure) {
-                // A batch norm folded into the product before it, or an activation or add it computes.
-                let kind =
-                    if layer_type == LayerType::BatchNorm { structure::FUSED_BATCH_NORM } else { structure::FUSED };
-                structure_bytes += s.bytes(kind);
-            }
-            let in_place = executes && computes_in_place(&layer.op);
-            let packs_input = executes && copies_input_when_packing(&layer.op) && reads_concat[i].is_none();
-            steps.push(Step {
-                output_bytes: cost.output_elems * BYTES_PER_ELEMENT,
-                workspace_bytes,
-                executes,
-                in_place,
-                packs_input,
-                keeps_inputs: concat_read_by[i].is_some(),
-            });
-            layers.push(row);
-        }
-        let input_bytes = net.input_shape.iter().product::<usize>() as u64 * net.batch_size as u64 * BYTES_PER_ELEMENT;
-        // A fused add's output is the convolution's output (the product adds the other input as it stores): the
-        // memory walk aliases a layer that does not execute to its first input, so that side goes first.
-        let reordered;
-        let sources = if absorbed.iter().any(|&a| a) {
-            let mut s = analysis.sources.clone();
-            for (add, fused) in add_fused_into.iter().enumerate() {
-                if let (Some((_, 1)), true) = (fused, absorbed[add]) {
-                    s[add].swap(0, 1);
-                }
-            }
-            reordered = s;
-            &reordered
-        } else {
-            &analysis.sources
-        };
-        let resident_bytes = (all_weight_bytes as f64 + structure_bytes).max(0.0) as u64;
-        let in_use = memory::in_use_bytes(sources, &steps, input_bytes, resident_bytes);
-        let mut peak: Option<(usize, u64)> = None;
-        for (i, (row, bytes)) in layers.iter_mut().zip(&in_use).enumerate() {
-            row.in_use_mib = bytes.map(|b| b as f64 / MIB);
-            if let Some(b) = *bytes {
-                if peak.is_none_or(|(_, p)| b > p) {
-                    peak = Some((i, b));
-                }
-            }
-        }
-        let mut peak_memory_mib = peak.map_or(resident_bytes, |(_, b)| b) as f64 / MIB;
-        let peak_memory_layer = peak.map(|(i, _)| layers[i].name.clone());
-        if let Some(c) = correction {
-            let timed: Vec<&LayerEstimate> = layers
-                .iter()
-                .zip(&steps)
-                .filter(|(l, s)| s.executes && l.latency_ms.is_some())
-                .map(|(l, _)| l)
-                .collect();
-            let weighted = timed.iter().filter(|l| l.layer_type.is_weighted()).count();
-            peak_memory_mib = c.peak_memory_mib(peak_memory_mib, timed.len(), weighted);
-        }
-        let mut executed: Vec<f64> =
-            layers.iter().zip(&steps).filter(|(_, s)| s.executes).map(|(l, _)| l.memory_mib).collect();
-        executed.sort_by(|a, b| b.total_cmp(a));
-        let total = Totals {
-            latency_ms: layers.iter().filter_map(|l| l.latency_ms).sum(),
-            energy_mj: self.has_power.then(|| layers.iter().filter_map(|l| l.energy_mj).sum()),
-            peak_memory_mib,
-            peak_memory_layer,
-            resident_memory_mib: resident_bytes.saturating_add(input_bytes) as f64 / MIB,
-            memory_two_largest_mib: executed.iter().take(2).sum(),
-            memory_two_mean_mib: if executed.is_empty() {
-                0.0
-            } else {
-                2.0 * executed.iter().sum::<f64>() / executed.len() as f64
-            },
-        };
-        let notes = self.notes(&uncovered, missing_power, missing_memory);
+        let latency = passes::latency(net, &analysis, &plan, &answers, correction);
+        let (energy, missing_power) =
+            if self.has_power { passes::energy(&latency, &answers) } else { (vec![None; latency.len()], 0) };
+        let memory = passes::memory(net, &analysis, &plan, &answers, self.rules, self.structure.as_ref());
+        let layers: Vec<LayerEstimate> = answers
+            .into_iter()
+            .enumerate()
+            .map(|(i, answer)| LayerEstimate {
+                name: net.layers[i].name.clone(),
+                layer_type: net.layers[i].op.layer_type(),
+                latency_ms: latency[i],
+                power_w: answer.power_w,
+                energy_mj: energy[i],
+                memory_mib: memory.layer_mib[i],
+                in_use_mib: memory.in_use_bytes[i].map(|b| b as f64 / MIB),
+                predictor: answer.by,
+            })
+            .collect();
+        let total = passes::totals(&layers, &memory, self.calibration.as_ref(), self.has_power);
+        let notes = self.notes(&uncovered, missing_power, memory.missing);
         Ok(Estimate {
             network: net.name.clone(),
             device: self.device.clone(),
@@ -773,283 +510,6 @@ impl Estimator {
         }
         notes
     }
-}
-
-/// Activation functions the engine applies inside the convolution / matrix-multiply kernel.
-fn fuses_into_kernel(a: Activation) -> bool {
-    matches!(a, Activation::Linear | Activation::Relu | Activation::Relu6 | Activation::LeakyRelu)
-}
-
-/// The layer whose kernel computes layer `i` in place (rule 2 of the module docs), if any. With `tract`, only an
-/// ungrouped convolution or a dense layer takes in what follows it: tract folds a batch norm and an activation
-/// into a single matrix product's output, and a depthwise or grouped convolution is not one. In whole-network runs
-/// on the Zen 5 host (2026-11-23) the batch norms and activations after depthwise convolutions had nodes of their
-/// own in 160 of 199 cases (MobileNets, EfficientNets: 0.8-1.0 ms of MobileNet v1 and v2's 19-21 ms), and so did
-/// 31 of the 46 after grouped convolutions (ShuffleNet's: 0.53 of its 12.05 ms), while 1,068 ReLUs after ungrouped
-/// convolutions took 10 ms in all.
-fn fusion_owner(
-    net: &Network,
-    sources: &[Vec<Source>],
-    consumers: &[u32],
-    fused_into: &[Option<usize>],
-    i: usize,
-    tract: bool,
-) -> Option<usize> {
-    let [Source::Layer(j)] = sources[i].as_slice() else { return None };
-    let j = *j;
-    if consumers[j] != 1 {
-        return None;
-    }
-    let one_product = match &net.layers[j].op {
-        Op::DepthwiseConv2d(_) => false,
-        Op::Conv2d(c) => c.groups == 1,
-        _ => true,
-    };
-    if tract && !one_product {
-        return None;
-    }
-    match (&net.layers[i].op, &net.layers[j].op) {
-        (Op::Activation(a), Op::Conv2d(_) | Op::DepthwiseConv2d(_) | Op::Dense(_)) if fuses_into_kernel(*a) => Some(j),
-        (Op::Activation(a), _) if fuses_into_kernel(*a) => fused_into[j],
-        (Op::BatchNorm, Op::Conv2d(c)) if c.activation == Activation::Linear => Some(j),
-        (Op::BatchNorm, Op::DepthwiseConv2d(c)) if c.activation == Activation::Linear => Some(j),
-        _ => None,
-    }
-}
-
-/// For every zero padding whose only reader is a convolution (regular or depthwise): that convolution, which
-/// absorbs the padding (rule 2 of the module docs).
-fn padding_fused_into(net: &Network, sources: &[Vec<Source>], consumers: &[u32]) -> Vec<Option<usize>> {
-    let mut into = vec![None; net.layers.len()];
-    for (reader, srcs) in sources.iter().enumerate() {
-        let [Source::Layer(pad)] = srcs.as_slice() else { continue };
-        let is_conv = matches!(net.layers[reader].op, Op::Conv2d(_) | Op::DepthwiseConv2d(_));
-        if is_conv && consumers[*pad] == 1 && matches!(net.layers[*pad].op, Op::ZeroPadding2d { .. }) {
-            into[*pad] = Some(reader);
-        }
-    }
-    into
-}
-
-/// Concats tract never builds. Its `ConcatThenEinsum` pass (tract-core 0.23.9) turns a product that sums over a
-/// concat's axis into one product per part plus adds: a 1×1 convolution (an einsum after declutter) reading a
-/// channel concat, dropouts between them removed. When every reader of the concat is such a convolution, nothing
-/// reads the concat any more and it is never computed (SqueezeNet's fire modules: each concat feeds the next
-/// squeeze). Returns, per layer, the first such convolution of a concat that is never built, and for each
-/// convolution the concat it reads.
-fn unmaterialised_concats(net: &Network, analysis: &Analysis) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
-    let n = net.layers.len();
-    let (mut read_by, mut reads) = (vec![None; n], vec![None; n]);
-    // Most networks have no concat: no reader lists for them (this runs in every estimate of a NAS loop).
-    if !net.layers.iter().any(|l| matches!(l.op, Op::Concat { .. })) {
-        return (read_by, reads);
-    }
-    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (i, srcs) in analysis.sources.iter().enumerate() {
-        for s in srcs {
-            if let Source::Layer(j) = s {
-                readers[*j].push(i);
-            }
-        }
-    }
-    for (j, layer) in net.layers.iter().enumerate() {
-        let Op::Concat { axis } = layer.op else { continue };
-        let rank = analysis.config(net, j).input_shapes.first().map_or(0, Vec::len) as i64;
-        if rank != 3 || !(axis == 0 || axis == -rank) {
-            continue;
-        }
-        // The concat's readers, looking through dropouts; a reader nobody reads is a network output.
-        let (mut convs, mut pending, mut ok) = (Vec::new(), readers[j].clone(), !readers[j].is_empty());
-        while let Some(r) = pending.pop() {
-            match &net.layers[r].op {
-                Op::Dropout { .. } if !readers[r].is_empty() => pending.extend(&readers[r]),
-                Op::Conv2d(c) if c.kernel == [1, 1] && c.groups == 1 && c.strides == [1, 1] => convs.push(r),
-                _ => ok = false,
-            }
-        }
-        if ok {
-            convs.sort_unstable();
-            read_by[j] = convs.first().copied();
-            for c in convs {
-                reads[c] = Some(j);
-            }
-        }
-    }
-    (read_by, reads)
-}
-
-/// Residual adds tract computes inside a convolution's matrix product: its `OptMatMul` takes a following `Add` of
-/// two same-shaped tensors into the product as `AddUnicast` when the product's output has that add as its only
-/// reader (tract-core 0.23.9, `ops/matmul/optimized.rs`), after the batch norm and activation it already took in.
-/// The product keeps its output as a matrix (channels × pixels) until a reshape, which tract pushes past the add
-/// only when the add's other input has that form too, i.e. comes from products through element-wise layers; and
-/// an add whose only reader is an activation with one product input forms an element-wise chain with it instead.
-/// Traced on tract's plans (2026-11-23): ResNet v1's projection block (a product on each side, then a ReLU) runs
-/// add and ReLU in the shortcut's product; its identity block (the other side the previous block's output) runs
-/// them as one `OptBinChain(Add+Max)` node; without the ReLU (ResNet v2, MobileNet v2) the add joins the product;
-/// Xception's (the other side a max pooling) is an `OptAddUnicast` node. So: an add of two same-shaped inputs,
-/// one of which is an ungrouped convolution (or the batch norm folded into it, or an activation its kernel
-/// applies) that only the add reads, the other of which comes from an ungrouped convolution through element-wise
-/// layers; not when the add's only reader is an activation, unless both inputs are such convolutions. Of two,
-/// the one computed first: in whole-network runs of ResNet-50 v1 the projection shortcut's node took 2.0 ms and
-/// the main path's identical 1×1 convolution 0.84 ms, the add 0 ms (Zen 5 host). Returns, per layer, for such an
-/// add the convolution it runs in and which of the add's two inputs (0 or 1) leads back to it.
-fn residual_adds_fused(net: &Network, analysis: &Analysis, consumers: &[u32]) -> Vec<Option<(usize, usize)>> {
-    let n = net.layers.len();
-    let mut into = vec![None; n];
-    if !net.layers.iter().any(|l| matches!(l.op, Op::Add)) {
-        return into;
-    }
-    let mut single_reader: Vec<Option<usize>> = vec![None; n];
-    for (i, srcs) in analysis.sources.iter().enumerate() {
-        for s in srcs {
-            if let Source::Layer(j) = s {
-                single_reader[*j] = (consumers[*j] == 1).then_some(i);
-            }
-        }
-    }
-    // Back from an input of the add, through what the product takes in (an activation it applies, a batch norm
-    // folded into a linear convolution), each read by the next alone, to an ungrouped convolution.
-    let conv_of = |mut j: usize| -> Option<usize> {
-        let mut after_bn = false;
-        loop {
-            if consumers[j] != 1 {
-                return None;
-            }
-            match (&net.layers[j].op, analysis.sources[j].as_slice()) {
-                (Op::Conv2d(c), _) if c.groups == 1 => {
-                    let takes_in =
-                        if after_bn { c.activation == Activation::Linear } else { fuses_into_kernel(c.activation) };
-                    return takes_in.then_some(j);
-                }
-                (Op::BatchNorm, [Source::Layer(p)]) if !after_bn => {
-                    after_bn = true;
-                    j = *p;
-                }
-                (Op::Activation(a), [Source::Layer(p)]) if fuses_into_kernel(*a) && !after_bn => j = *p,
-                // Inference drops it (EfficientNet's stochastic depth before its adds); not between a convolution
-                // and its batch norm, which then is not folded.
-                (Op::Dropout { .. }, [Source::Layer(p)]) if !after_bn => j = *p,
-                _ => return None,
-            }
-        }
-    };
-    // Whether a tensor comes from ungrouped convolutions through element-wise layers (every input of each).
-    let mut from_products: Vec<bool> = vec![false; n];
-    for (i, layer) in net.layers.iter().enumerate() {
-        let all_from_products = |srcs: &[Source]| {
-            !srcs.is_empty() && srcs.iter().all(|s| matches!(s, Source::Layer(j) if from_products[*j]))
-        };
-        from_products[i] = match &layer.op {
-            Op::Conv2d(c) => c.groups == 1,
-            Op::Activation(a) => *a != Activation::Softmax && all_from_products(&analysis.sources[i]),
-            Op::BatchNorm | Op::Add | Op::Multiply | Op::Dropout { .. } => all_from_products(&analysis.sources[i]),
-            _ => false,
-        };
-    }
-    for (i, layer) in net.layers.iter().enumerate() {
-        if !matches!(layer.op, Op::Add) {
-            continue;
-        }
-        let [Source::Layer(a), Source::Layer(b)] = analysis.sources[i].as_slice() else { continue };
-        let shapes = &analysis.config(net, i).input_shapes;
-        if shapes.len() != 2 || shapes[0] != shapes[1] || a == b {
-            continue;
-        }
-        let chained =
-            single_reader[i].is_some_and(|r| matches!(net.layers[r].op, Op::Activation(f) if fuses_into_kernel(f)));
-        into[i] = match (conv_of(*a), conv_of(*b)) {
-            (Some(x), Some(y)) if x < y => Some((x, 0)),
-            (Some(_), Some(y)) => Some((y, 1)),
-            (Some(x), None) if from_products[*b] && !chained => Some((x, 0)),
-            (None, Some(y)) if from_products[*a] && !chained => Some((y, 1)),
-            _ => None,
-        };
-    }
-    into
-}
-
-/// The structure kind of the activation a conv2d, depthwise or dense layer computes itself (exported as a node
-/// after its product): a fused op of an ungrouped product when the engine fuses it ([`fuses_into_kernel`]), a
-/// node of its own otherwise (a softmax, a swish; with tract, anything after a depthwise or grouped
-/// convolution); `None` for a linear one.
-fn own_activation_kind(op: &Op, models_tract: bool) -> Option<&'static str> {
-    let (activation, one_product) = match op {
-        Op::Conv2d(c) => (c.activation, c.groups == 1 || !models_tract),
-        Op::DepthwiseConv2d(d) => (d.activation, !models_tract),
-        Op::Dense(d) => (d.activation, true),
-        _ => return None,
-    };
-    match activation {
-        Activation::Linear => None,
-        a if one_product && fuses_into_kernel(a) => Some(structure::FUSED),
-        _ => Some(LayerType::Activation.as_str()),
-    }
-}
-
-/// The structure kind of executing layer `i` in the network: `own_kind` ([`structure::kind_of`]), or
-/// [`structure::CHAINED`] for a batch
-/// norm or an activation the engine fuses into products ([`fuses_into_kernel`]: linear, ReLU, ReLU6, leaky
-/// ReLU) whose input is an executing element-wise layer that only it reads: tract
-/// runs such a run of operations as one `OptBinChain` node (`Mul+Max` for a batch norm and its ReLU, `Add+Max`
-/// for a residual add and its ReLU), so only the first of them costs a node.
-fn structure_kind(
-    net: &Network,
-    sources: &[Vec<Source>],
-    consumers: &[u32],
-    steps: &[Step],
-    i: usize,
-    own_kind: &'static str,
-) -> &'static str {
-    let chains = |op: &Op| match op {
-        Op::BatchNorm | Op::Add | Op::Multiply => true,
-        Op::Activation(a) => fuses_into_kernel(*a),
-        _ => false,
-    };
-    let unary_follower = matches!(net.layers[i].op, Op::BatchNorm | Op::Activation(_));
-    if unary_follower && chains(&net.layers[i].op) {
-        if let Some(&Source::Layer(j)) = sources[i].first() {
-            if steps.get(j).is_some_and(|s| s.executes) && consumers[j] == 1 && chains(&net.layers[j].op) {
-                return structure::CHAINED;
-            }
-        }
-    }
-    own_kind
-}
-
-/// Element-wise layers the engine computes into an input buffer it owns (tract does for uniquely owned inputs);
-/// softmax needs its input while it writes (a max and a sum first), so it gets a new buffer.
-fn computes_in_place(op: &Op) -> bool {
-    match op {
-        Op::Activation(a) => *a != Activation::Softmax,
-        Op::BatchNorm | Op::Add | Op::Multiply => true,
-        _ => false,
-    }
-}
-
-/// Convolutions tract lowers to a matrix product over an explicit packed copy of the input (`pack_a` of a 1×1
-/// convolution turned einsum, `Im2col` of a grouped one); other convolutions gather lazily from the input.
-fn copies_input_when_packing(op: &Op) -> bool {
-    match op {
-        Op::Conv2d(c) => c.kernel == [1, 1] || c.groups > 1,
-        _ => false,
-    }
-}
-
-/// Layer types cheap enough to cost their memory traffic when no predictor knows them.
-fn is_memory_bound(t: LayerType) -> bool {
-    matches!(
-        t,
-        LayerType::Activation
-            | LayerType::BatchNorm
-            | LayerType::Add
-            | LayerType::Multiply
-            | LayerType::Concat
-            | LayerType::ZeroPadding2d
-            | LayerType::Cropping2d
-            | LayerType::GlobalAvgPool2d
-            | LayerType::GlobalMaxPool2d
-    )
 }
 
 fn layer_error(net: &Network, i: usize, e: LayerError) -> Error {
@@ -1150,9 +610,7 @@ impl Estimate {
     }
 
     fn executing(&self) -> impl Iterator<Item = &LayerEstimate> {
-        self.layers
-            .iter()
-            .filter(|l| l.predictor != "free" && !l.predictor.starts_with("fused:") && l.latency_ms.is_some())
+        self.layers.iter().filter(|l| l.predictor.runs() && l.latency_ms.is_some())
     }
 }
 
@@ -1191,8 +649,8 @@ pub struct LayerEstimate {
     /// weights, the live tensors and the layer's workspace. Null for layers that do not execute.
     pub in_use_mib: Option<f64>,
     /// What answered: a trained method (`ert`, `knn`, ...), `paleo`, `free`, `fused:<layer>`, `analytic:bandwidth`
-    /// or `uncovered`.
-    pub predictor: String,
+    /// or `uncovered`; printed as those strings.
+    pub predictor: AnsweredBy,
 }
 
 /// A layer nothing could predict.
@@ -1209,6 +667,7 @@ pub struct Uncovered {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layer::Op;
 
     /// conv (same) → batch norm → relu → max pool → flatten → dense → softmax on a 3×8×8 input; shared with the
     /// integration tests.
@@ -1235,6 +694,36 @@ mod tests {
         assert_eq!(e.layers[2].predictor, "paleo");
         assert!(e.layers[2].latency_ms.unwrap() > 0.0);
         assert_eq!(e.executing_layers(), 3);
+    }
+
+    /// An engine that fuses nothing: every layer but the views runs as a kernel of its own.
+    #[derive(Debug)]
+    struct Unfused;
+
+    impl EngineRules for Unfused {
+        fn name(&self) -> &'static str {
+            "unfused"
+        }
+        fn kernel_takes_epilogue(&self, _: &Op) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn the_estimate_follows_the_rules_of_the_engine_it_is_given() {
+        let net = Network::from_json_str(TINY, "tiny.json").unwrap();
+        let generic = paleo().estimate(&net).unwrap();
+        let unfused = paleo().with_rules(&Unfused).estimate(&net).unwrap();
+        let by_name = |e: &Estimate, n: &str| e.layers.iter().find(|l| l.name == n).unwrap().clone();
+        assert_eq!(by_name(&generic, "bn").predictor, "fused:c1");
+        for name in ["bn", "r"] {
+            let layer = by_name(&unfused, name);
+            assert_eq!(layer.predictor, "paleo");
+            assert!(layer.latency_ms.unwrap() > 0.0 && layer.memory_mib > 0.0, "{layer:?}");
+        }
+        assert_eq!(by_name(&unfused, "f").predictor, "free");
+        assert_eq!(unfused.executing_layers(), generic.executing_layers() + 2);
+        assert!(unfused.total.latency_ms > generic.total.latency_ms);
     }
 
     #[test]

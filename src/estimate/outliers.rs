@@ -147,8 +147,8 @@ pub fn find_outliers(
     // A residual add the estimate runs inside a convolution (`fused:<conv>`, the convolution's predictor ending
     // in `+add:<add>`) ran there in tract too: its predicted time is already the convolution's.
     for (i, est) in estimate.layers.iter().enumerate() {
-        let Some(owner) = est.predictor.strip_prefix("fused:").and_then(|name| index.get(name)) else { continue };
-        if estimate.layers[*owner].predictor.ends_with(&format!("+add:{}", est.name)) && measured_of[i] == Some(0.0) {
+        let Some(owner) = est.predictor.fused_into().and_then(|name| index.get(name)) else { continue };
+        if estimate.layers[*owner].predictor.fused_add() == Some(est.name.as_str()) && measured_of[i] == Some(0.0) {
             into[i] = Some(*owner);
         }
     }

@@ -119,7 +119,7 @@ pub fn csv(e: &Estimate) -> Result<String> {
             &opt(l.energy_mj),
             &l.memory_mib.to_string(),
             &opt(l.in_use_mib),
-            &l.predictor,
+            &l.predictor.to_string(),
         ])
         .map_err(fail)?;
     }
@@ -132,8 +132,7 @@ pub fn csv(e: &Estimate) -> Result<String> {
 /// fused) are left out: they would only be empty slots.
 pub fn plot(e: &Estimate, path: &Path) -> Result<()> {
     let ext = path.extension().and_then(|x| x.to_str()).map(str::to_ascii_lowercase);
-    let shown: Vec<&LayerEstimate> =
-        e.layers.iter().filter(|l| l.predictor != "free" && !l.predictor.starts_with("fused:")).collect();
+    let shown: Vec<&LayerEstimate> = e.layers.iter().filter(|l| l.predictor.runs()).collect();
     if shown.is_empty() {
         return Err(Error::Invalid(format!("{}: nothing to plot, no layer of the network executes", path.display())));
     }

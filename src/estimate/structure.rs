@@ -19,47 +19,17 @@
 //! keeps them in the calibration file; the estimator then counts them as resident.
 
 use super::Estimator;
-use crate::engine::packing::{conv_lowering, ConvLowering};
 use crate::engine::TractExecutor;
 use crate::error::{Error, Result};
-use crate::layer::{Activation, Conv2d, Dense, DepthwiseConv2d, LayerConfig, Op, Padding, Pool2d};
+use crate::layer::{Activation, Conv2d, Dense, DepthwiseConv2d, Op, Padding, Pool2d};
 use crate::network::{Layer, Network, INPUT};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// The kind of an activation or add that the engine fuses into the product before it (a fused op of that
-/// product: a few KiB of spec and constants).
-pub const FUSED: &str = "fused";
-
-/// The kind of a batch norm folded into the convolution before it (its scale goes into the weights, its shift
-/// into the bias).
-pub const FUSED_BATCH_NORM: &str = "fused-batch-norm";
-
-/// The kind of a batch norm or max/min-type activation that follows an element-wise layer only it reads: tract
-/// makes the run one node, so the follower adds little.
-pub const CHAINED: &str = "elementwise-chained";
+pub use crate::engine::rules::{kind_of, CHAINED, FUSED, FUSED_BATCH_NORM};
 
 /// Units of the probed layer in a probe network (more averages the allocator's rounding out).
 pub const PROBE_UNITS: usize = 4;
-
-/// The structure kind of an executing layer: its type, and for a convolution how tract lowers it (tract's plan
-/// differs by lowering: a pointwise one is a pack and a product, a lazy im2col one a pad, an offsets table and a
-/// product) and whether it is grouped (one product per group).
-pub fn kind_of(config: &LayerConfig) -> &'static str {
-    let Op::Conv2d(c) = &config.op else { return config.layer_type().as_str() };
-    let grouped = c.groups > 1;
-    match (conv_lowering(config), grouped) {
-        (Some(ConvLowering::Pointwise), false) => "conv2d:pointwise",
-        (Some(ConvLowering::Pointwise), true) => "conv2d:pointwise-grouped",
-        (Some(ConvLowering::Lazy), false) => "conv2d:lazy",
-        (Some(ConvLowering::Lazy), true) => "conv2d:lazy-grouped",
-        (Some(ConvLowering::Im2col), false) => "conv2d:im2col",
-        (Some(ConvLowering::Im2col), true) => "conv2d:im2col-grouped",
-        (Some(ConvLowering::DirectSpatial), _) => "conv2d:direct",
-        (Some(ConvLowering::DepthWise), _) => "conv2d:depthwise",
-        (None, _) => "conv2d",
-    }
-}
 
 /// Bytes the engine keeps per layer of each kind, as measured on one device.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -267,7 +237,7 @@ fn probe_error(probe: &Probe, e: Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layer::Shape;
+    use crate::layer::{LayerConfig, Shape};
     use std::path::Path;
 
     fn config(op: Op, input: Shape) -> LayerConfig {
@@ -397,7 +367,7 @@ mod tests {
         let (a, b) = (measured.estimate(&net).unwrap(), plain.estimate(&net).unwrap());
         let layer =
             |e: &crate::estimate::Estimate, name: &str| e.layers.iter().find(|l| l.name == name).unwrap().clone();
-        assert!(layer(&b, "cat").predictor.starts_with("fused:"), "{b:?}");
+        assert!(layer(&b, "cat").predictor.to_string().starts_with("fused:"), "{b:?}");
         // e1, e3, the squeeze twice (two parts), its folded batch norm and fused ReLU, the depthwise, its batch
         // norm, the ReLU chained after it; no concat.
         let extra = kib(1.0 + 2.0 + 2.0 * 1.0 + 4.0 + 8.0 + 16.0 + 32.0 + 64.0) / crate::estimate::memory::MIB;

@@ -1,0 +1,419 @@
+//! What an engine does with a network before any layer is predicted: which layers are views, which run inside
+//! another layer's kernel, which run as kernels of their own, and what each keeps resident.
+//!
+//! Why a seam: single-layer models are trained on one engine, and the whole-network figure is only right when the
+//! estimate follows the same engine's graph rewrites. tract folds a batch norm into the convolution before it,
+//! computes a residual add inside the matrix product feeding it and never builds a concat that only 1×1
+//! convolutions read; another engine fuses other patterns. Grouping layers into the engine's kernels first, as
+//! nn-Meter's kernel detector does, keeps those rules out of the predictors and out of the sums: an engine's
+//! rules build a [`Plan`], and the estimator predicts and sums over the plan. A new engine implements
+//! [`EngineRules`]; [`Generic`] is what the estimate assumes when the models describe no engine in particular.
+
+mod tract;
+
+pub use tract::{kind_of, Tract};
+
+use crate::layer::{Activation, LayerConfig, LayerCost, LayerType, Op};
+use crate::network::{Analysis, Network, Source};
+
+/// The structure kind of an activation or add that the engine fuses into the product before it (a fused op of
+/// that product: a few KiB of spec and constants).
+pub const FUSED: &str = "fused";
+
+/// The structure kind of a batch norm folded into the convolution before it (its scale goes into the weights,
+/// its shift into the bias).
+pub const FUSED_BATCH_NORM: &str = "fused-batch-norm";
+
+/// The structure kind of a batch norm or max/min-type activation that follows an element-wise layer only it
+/// reads: tract makes the run one node, so the follower adds little.
+pub const CHAINED: &str = "elementwise-chained";
+
+/// Why a layer does not run as a kernel of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fusion {
+    /// A zero padding the convolution reading it takes into its own padding: the padded tensor is never made.
+    Padding,
+    /// A concat the engine never builds: its readers (1×1 convolutions) compute one part at a time.
+    UnbuiltConcat,
+    /// An activation or batch norm applied by the kernel that produces its input (or folded into its weights).
+    Epilogue,
+    /// A residual add computed inside the matrix product of a convolution feeding it.
+    ResidualAdd,
+}
+
+/// What the engine does with one layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// A view or an inference no-op (flatten, reshape, dropout): no work, no allocation.
+    Free,
+    /// Computed by the kernel of layer `owner`: costs nothing of its own. `via` is the input it was reached
+    /// through (the owner itself, or a layer that runs inside the owner too).
+    Inside { owner: usize, via: usize, fusion: Fusion },
+    /// A kernel of its own.
+    Runs(Kernel),
+}
+
+/// A layer that runs, and what its kernel takes on besides the layer itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Kernel {
+    /// A residual add this layer's product computes as it stores its output ([`Fusion::ResidualAdd`]).
+    pub fused_add: Option<usize>,
+    /// The concat this layer reads part by part, one product per part ([`Fusion::UnbuiltConcat`]).
+    pub unbuilt_concat: Option<usize>,
+}
+
+/// A network as an engine runs it: one [`Role`] per layer, in the network's order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    roles: Vec<Role>,
+    /// How many layers read each layer's output.
+    consumers: Vec<u32>,
+}
+
+impl Plan {
+    pub fn roles(&self) -> &[Role] {
+        &self.roles
+    }
+
+    pub fn role(&self, i: usize) -> Role {
+        self.roles[i]
+    }
+
+    /// Whether layer `i` runs as a kernel of its own.
+    pub fn runs(&self, i: usize) -> bool {
+        matches!(self.roles[i], Role::Runs(_))
+    }
+
+    /// The layer whose kernel computes layer `i`, if any.
+    pub fn owner(&self, i: usize) -> Option<usize> {
+        match self.roles[i] {
+            Role::Inside { owner, .. } => Some(owner),
+            _ => None,
+        }
+    }
+
+    /// The kernel of layer `i`, when it runs.
+    pub fn kernel(&self, i: usize) -> Option<Kernel> {
+        match self.roles[i] {
+            Role::Runs(k) => Some(k),
+            _ => None,
+        }
+    }
+
+    /// How many layers read layer `i`'s output.
+    pub fn consumers(&self, i: usize) -> u32 {
+        self.consumers[i]
+    }
+
+    /// The residual add `add` runs as a layer of its own after all (its convolution has no prediction to carry
+    /// it, or nothing times the add), and so does whatever ran inside its convolution only through the add.
+    pub fn run_add_alone(&mut self, add: usize) {
+        let Role::Inside { owner, fusion: Fusion::ResidualAdd, .. } = self.roles[add] else { return };
+        if let Role::Runs(kernel) = &mut self.roles[owner] {
+            kernel.fused_add = None;
+        }
+        self.roles[add] = Role::Runs(Kernel::default());
+        for k in add + 1..self.roles.len() {
+            if let Role::Inside { owner, via, .. } = self.roles[k] {
+                if via != owner && self.runs(via) {
+                    self.roles[k] = Role::Runs(Kernel::default());
+                }
+            }
+        }
+    }
+}
+
+/// The rules of one engine. The defaults are what the estimate assumes of any engine; [`Tract`] adds its own.
+pub trait EngineRules: Send + Sync + std::fmt::Debug {
+    /// The engine these rules describe (`tract`, `generic`).
+    fn name(&self) -> &'static str;
+
+    /// Whether a layer's activation or batch norm can be applied by the kernel of `producer` (the layer that
+    /// produces its input). Any convolution or dense layer by default.
+    fn kernel_takes_epilogue(&self, producer: &Op) -> bool {
+        matches!(producer, Op::Conv2d(_) | Op::DepthwiseConv2d(_) | Op::Dense(_))
+    }
+
+    /// The concats the engine never builds: per layer, the first of the concat's readers that computes it
+    /// part by part, and for each such reader the concat it reads. None by default.
+    fn unbuilt_concats(&self, net: &Network, _analysis: &Analysis) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
+        (vec![None; net.layers.len()], vec![None; net.layers.len()])
+    }
+
+    /// Residual adds the engine computes inside a convolution: per add, the convolution and which of the add's
+    /// two inputs (0 or 1) leads back to it. None by default.
+    fn residual_adds(&self, net: &Network, _analysis: &Analysis, _consumers: &[u32]) -> Vec<Option<(usize, usize)>> {
+        vec![None; net.layers.len()]
+    }
+
+    /// Bytes the engine keeps for a running layer's weights, and for the tables its plan builds, given the
+    /// packed weight bytes the memory model knows (`None`: the f32 weights).
+    fn resident_bytes(&self, _config: &LayerConfig, cost: &LayerCost, packed_weight_bytes: Option<u64>) -> (u64, u64) {
+        (packed_weight_bytes.unwrap_or(cost.weight_elems * crate::estimate::memory::BYTES_PER_ELEMENT), 0)
+    }
+
+    /// The structure kind of a running layer measured alone (see [`crate::estimate::structure`]): named by how
+    /// tract lowers it ([`kind_of`]), the engine whose structure perfmodel measures.
+    fn structure_kind_of(&self, config: &LayerConfig) -> &'static str {
+        kind_of(config)
+    }
+
+    /// The structure kind of the activation a convolution or dense layer computes itself: a fused op when the
+    /// kernel applies it, a node of its own otherwise; `None` for a linear one.
+    fn own_activation_kind(&self, op: &Op) -> Option<&'static str> {
+        let activation = match op {
+            Op::Conv2d(c) => c.activation,
+            Op::DepthwiseConv2d(d) => d.activation,
+            Op::Dense(d) => d.activation,
+            _ => return None,
+        };
+        match activation {
+            Activation::Linear => None,
+            a if fuses_into_kernel(a) => Some(FUSED),
+            _ => Some(LayerType::Activation.as_str()),
+        }
+    }
+
+    /// Element-wise layers computed into an input buffer they own; softmax needs its input while it writes (a
+    /// max and a sum first), so it gets a new buffer.
+    fn computes_in_place(&self, op: &Op) -> bool {
+        match op {
+            Op::Activation(a) => *a != Activation::Softmax,
+            Op::BatchNorm | Op::Add | Op::Multiply => true,
+            _ => false,
+        }
+    }
+
+    /// Convolutions lowered to a matrix product over an explicit packed copy of the input (`pack_a` of a 1×1
+    /// convolution turned einsum, `Im2col` of a grouped one, in tract); other convolutions gather lazily.
+    fn copies_input_when_packing(&self, op: &Op) -> bool {
+        match op {
+            Op::Conv2d(c) => c.kernel == [1, 1] || c.groups > 1,
+            _ => false,
+        }
+    }
+
+    /// The network as this engine runs it. Residual adds are planned inside their convolution; the estimator
+    /// calls [`Plan::run_add_alone`] for one it cannot time that way.
+    fn plan(&self, net: &Network, analysis: &Analysis) -> Plan {
+        let n = net.layers.len();
+        let consumers = consumers(&analysis.sources, n);
+        let padding_into = padding_fused_into(net, &analysis.sources, &consumers);
+        let (concat_read_by, reads_concat) = self.unbuilt_concats(net, analysis);
+        let add_into = self.residual_adds(net, analysis, &consumers);
+        let mut fused_add_of: Vec<Option<usize>> = vec![None; n];
+        for (add, fused) in add_into.iter().enumerate() {
+            if let Some((conv, _)) = fused {
+                fused_add_of[*conv] = Some(add);
+            }
+        }
+        let mut roles: Vec<Role> = Vec::with_capacity(n);
+        for (i, layer) in net.layers.iter().enumerate() {
+            let inside = |owner: usize, via: usize, fusion: Fusion| Role::Inside { owner, via, fusion };
+            let role = if layer.op.layer_type().is_free() {
+                Role::Free
+            } else if let Some(conv) = padding_into[i] {
+                inside(conv, conv, Fusion::Padding)
+            } else if let Some(conv) = concat_read_by[i] {
+                inside(conv, conv, Fusion::UnbuiltConcat)
+            } else if let Some((conv, side)) = add_into[i] {
+                let via = match analysis.sources[i][side] {
+                    Source::Layer(j) => j,
+                    Source::Input => conv,
+                };
+                inside(conv, via, Fusion::ResidualAdd)
+            } else if let Some((owner, via)) = self.epilogue_owner(net, &analysis.sources, &consumers, &roles, i) {
+                inside(owner, via, Fusion::Epilogue)
+            } else {
+                Role::Runs(Kernel { fused_add: fused_add_of[i], unbuilt_concat: reads_concat[i] })
+            };
+            roles.push(role);
+        }
+        Plan { roles, consumers }
+    }
+
+    /// The layer whose kernel applies layer `i` (an activation the kernel fuses, a batch norm after a linear
+    /// convolution) when its producer has no other reader, and the producer it is reached through.
+    fn epilogue_owner(
+        &self,
+        net: &Network,
+        sources: &[Vec<Source>],
+        consumers: &[u32],
+        roles: &[Role],
+        i: usize,
+    ) -> Option<(usize, usize)> {
+        let [Source::Layer(j)] = sources[i].as_slice() else { return None };
+        let j = *j;
+        if consumers[j] != 1 {
+            return None;
+        }
+        let producer = &net.layers[j].op;
+        let kernel = matches!(producer, Op::Conv2d(_) | Op::DepthwiseConv2d(_) | Op::Dense(_));
+        if kernel && !self.kernel_takes_epilogue(producer) {
+            return None;
+        }
+        let owner_of_j = || match roles[j] {
+            Role::Inside { owner, fusion: Fusion::Epilogue | Fusion::ResidualAdd, .. } => Some(owner),
+            _ => None,
+        };
+        let owner = match (&net.layers[i].op, producer) {
+            (Op::Activation(a), _) if kernel && fuses_into_kernel(*a) => Some(j),
+            (Op::Activation(a), _) if fuses_into_kernel(*a) => owner_of_j(),
+            (Op::BatchNorm, Op::Conv2d(c)) if c.activation == Activation::Linear => Some(j),
+            (Op::BatchNorm, Op::DepthwiseConv2d(c)) if c.activation == Activation::Linear => Some(j),
+            _ => None,
+        };
+        owner.map(|o| (o, j))
+    }
+
+    /// The structure kind of running layer `i` in the network: `own_kind`, or [`CHAINED`] for a batch norm or
+    /// an activation the engine fuses into products whose input is a running element-wise layer that only it
+    /// reads: such a run of operations is one node, so only the first of them costs one.
+    fn structure_kind(
+        &self,
+        net: &Network,
+        sources: &[Vec<Source>],
+        plan: &Plan,
+        i: usize,
+        own_kind: &'static str,
+    ) -> &'static str {
+        let chains = |op: &Op| match op {
+            Op::BatchNorm | Op::Add | Op::Multiply => true,
+            Op::Activation(a) => fuses_into_kernel(*a),
+            _ => false,
+        };
+        let unary_follower = matches!(net.layers[i].op, Op::BatchNorm | Op::Activation(_));
+        if unary_follower && chains(&net.layers[i].op) {
+            if let Some(&Source::Layer(j)) = sources[i].first() {
+                if plan.runs(j) && plan.consumers(j) == 1 && chains(&net.layers[j].op) {
+                    return CHAINED;
+                }
+            }
+        }
+        own_kind
+    }
+}
+
+/// The rules the estimate assumes when the models describe no engine in particular (the roofline and nearest-
+/// sample baselines): activations and batch norms applied by the kernel producing their input, paddings taken
+/// into the convolution; no engine-specific rewrite.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Generic;
+
+impl EngineRules for Generic {
+    fn name(&self) -> &'static str {
+        "generic"
+    }
+}
+
+/// Activation functions an engine applies inside the convolution / matrix-product kernel.
+pub fn fuses_into_kernel(a: Activation) -> bool {
+    matches!(a, Activation::Linear | Activation::Relu | Activation::Relu6 | Activation::LeakyRelu)
+}
+
+/// How many layers read each layer's output.
+pub fn consumers(sources: &[Vec<Source>], n: usize) -> Vec<u32> {
+    let mut consumers = vec![0u32; n];
+    for srcs in sources {
+        for s in srcs {
+            if let Source::Layer(j) = s {
+                consumers[*j] += 1;
+            }
+        }
+    }
+    consumers
+}
+
+/// For every zero padding whose only reader is a convolution (regular or depthwise): that convolution, which
+/// absorbs the padding (tract does; measured 0 ms in whole-network runs).
+fn padding_fused_into(net: &Network, sources: &[Vec<Source>], consumers: &[u32]) -> Vec<Option<usize>> {
+    let mut into = vec![None; net.layers.len()];
+    for (reader, srcs) in sources.iter().enumerate() {
+        let [Source::Layer(pad)] = srcs.as_slice() else { continue };
+        let is_conv = matches!(net.layers[reader].op, Op::Conv2d(_) | Op::DepthwiseConv2d(_));
+        if is_conv && consumers[*pad] == 1 && matches!(net.layers[*pad].op, Op::ZeroPadding2d { .. }) {
+            into[*pad] = Some(reader);
+        }
+    }
+    into
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_of(rules: &dyn EngineRules, text: &str) -> (Network, Plan) {
+        let net = Network::from_json_str(text, "plan.json").unwrap();
+        let analysis = net.analyze().unwrap();
+        let plan = rules.plan(&net, &analysis);
+        (net, plan)
+    }
+
+    fn index(net: &Network, name: &str) -> usize {
+        net.layers.iter().position(|l| l.name == name).unwrap()
+    }
+
+    /// ResNet v1's projection block: a product on each side, the add and its ReLU.
+    const PROJECTION: &str = r#"{"name": "proj", "input_shape": [8, 8, 8], "layers": [
+        {"name": "stem", "type": "conv2d", "filters": 8, "kernel": [3, 3], "padding": "same", "activation": "relu"},
+        {"name": "short", "type": "conv2d", "filters": 16, "kernel": [1, 1], "inputs": ["stem"]},
+        {"name": "short_bn", "type": "batch_norm"},
+        {"name": "main", "type": "conv2d", "filters": 16, "kernel": [1, 1], "inputs": ["stem"]},
+        {"name": "main_bn", "type": "batch_norm"},
+        {"name": "add", "type": "add", "inputs": ["short_bn", "main_bn"]},
+        {"name": "out", "type": "activation", "function": "relu"},
+        {"name": "flat", "type": "flatten"}]}"#;
+
+    #[test]
+    fn tract_runs_a_projection_block_s_add_and_relu_inside_the_first_product() {
+        let (net, plan) = plan_of(&Tract, PROJECTION);
+        let [short, short_bn, main, add, out] = ["short", "short_bn", "main", "add", "out"].map(|n| index(&net, n));
+        assert_eq!(plan.kernel(short), Some(Kernel { fused_add: Some(add), unbuilt_concat: None }));
+        assert_eq!(plan.role(short_bn), Role::Inside { owner: short, via: short, fusion: Fusion::Epilogue });
+        assert_eq!(plan.kernel(main), Some(Kernel::default()));
+        assert_eq!(plan.role(add), Role::Inside { owner: short, via: short_bn, fusion: Fusion::ResidualAdd });
+        assert_eq!(plan.role(out), Role::Inside { owner: short, via: add, fusion: Fusion::Epilogue });
+        assert_eq!(plan.role(index(&net, "flat")), Role::Free);
+        // Without the add's rewrite (the generic rules) the add and its ReLU run.
+        let (_, generic) = plan_of(&Generic, PROJECTION);
+        assert!(generic.runs(add) && generic.runs(out), "{generic:?}");
+        assert_eq!(generic.owner(short_bn), Some(short));
+    }
+
+    #[test]
+    fn an_add_run_alone_takes_what_ran_inside_through_it_along() {
+        let (net, mut plan) = plan_of(&Tract, PROJECTION);
+        let [short, short_bn, add, out] = ["short", "short_bn", "add", "out"].map(|n| index(&net, n));
+        plan.run_add_alone(add);
+        assert_eq!(plan.kernel(short), Some(Kernel::default()));
+        assert!(plan.runs(add) && plan.runs(out), "{plan:?}");
+        // What the convolution applies itself stays inside it.
+        assert_eq!(plan.owner(short_bn), Some(short));
+        // A layer that is not a planned residual add is left alone.
+        let before = plan.clone();
+        plan.run_add_alone(short_bn);
+        assert_eq!(plan, before);
+    }
+
+    #[test]
+    fn only_tract_keeps_a_depthwise_convolution_s_batch_norm_and_relu_apart_and_leaves_concats_unbuilt() {
+        let text = r#"{"name": "dw", "input_shape": [8, 8, 8], "layers": [
+            {"name": "pad", "type": "zero_padding2d", "padding": [1, 1, 1, 1]},
+            {"name": "dw", "type": "depthwise_conv2d", "kernel": [3, 3]},
+            {"name": "bn", "type": "batch_norm"},
+            {"name": "relu", "type": "activation", "function": "relu"},
+            {"name": "cat", "type": "concat", "inputs": ["relu", "input"]},
+            {"name": "pw", "type": "conv2d", "filters": 4, "kernel": [1, 1]}]}"#;
+        let (net, tract) = plan_of(&Tract, text);
+        let [pad, dw, bn, relu, cat, pw] = ["pad", "dw", "bn", "relu", "cat", "pw"].map(|n| index(&net, n));
+        let (_, generic) = plan_of(&Generic, text);
+        for plan in [&tract, &generic] {
+            assert_eq!(plan.role(pad), Role::Inside { owner: dw, via: dw, fusion: Fusion::Padding });
+        }
+        assert!(tract.runs(bn) && tract.runs(relu), "{tract:?}");
+        assert_eq!((generic.owner(bn), generic.owner(relu)), (Some(dw), Some(dw)));
+        assert_eq!(tract.role(cat), Role::Inside { owner: pw, via: pw, fusion: Fusion::UnbuiltConcat });
+        assert_eq!(tract.kernel(pw), Some(Kernel { fused_add: None, unbuilt_concat: Some(cat) }));
+        assert!(generic.runs(cat) && generic.kernel(pw) == Some(Kernel::default()));
+    }
+}

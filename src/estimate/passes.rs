@@ -1,0 +1,532 @@
+//! The passes of an estimate over an engine's [`Plan`]: predict every layer that runs, then latency, energy and
+//! memory, each over the whole network.
+//!
+//! Why passes: the engine decides what runs ([`crate::engine::rules`]), the method decides what a running layer
+//! costs ([`super::Method`]), and the three metrics combine those answers in different ways (a sum, a sum of
+//! products, a liveness walk). Kept apart, a new engine changes the plan only and a new metric adds a pass.
+
+use super::memory::{self, Step, BYTES_PER_ELEMENT, MIB};
+use super::structure::EngineStructure;
+use super::{layer_error, Calibration, Correction, Estimator, LayerEstimate, Totals, Uncovered};
+use crate::engine::rules::{EngineRules, Fusion, Plan, Role, FUSED, FUSED_BATCH_NORM};
+use crate::error::Result;
+use crate::layer::{LayerConfig, LayerCost, LayerError, LayerType, Op, Shape};
+use crate::network::{Analysis, Network, Source};
+use serde::{Serialize, Serializer};
+use std::fmt;
+
+/// What answered for one layer: the `predictor` of the estimate's JSON, CSV and C ABI, which prints as before
+/// (`ert`, `fused:<layer>`, `ert+add:<layer>`, `free`, `analytic:bandwidth`, `uncovered`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum AnsweredBy {
+    /// A view or an inference no-op: 0 ms, no allocation.
+    Free,
+    /// Computed inside the kernel of the named layer: its cost is that layer's.
+    Fused { into: String },
+    /// A named model of the method (a trained regressor's name such as `ert`, `paleo`, `template:<sample>`);
+    /// `fused_add` names a residual add this layer's product computes, whose time is included.
+    Model { name: String, fused_add: Option<String> },
+    /// A cheap memory-bound layer timed at the device's memory bandwidth.
+    Analytic,
+    /// Nothing could predict it: no number.
+    Uncovered,
+}
+
+impl AnsweredBy {
+    /// Whether the layer runs as a kernel of its own (neither free nor fused).
+    pub fn runs(&self) -> bool {
+        !matches!(self, AnsweredBy::Free | AnsweredBy::Fused { .. })
+    }
+
+    /// The layer whose kernel computes this one.
+    pub fn fused_into(&self) -> Option<&str> {
+        match self {
+            AnsweredBy::Fused { into } => Some(into),
+            _ => None,
+        }
+    }
+
+    /// The residual add whose time this layer's prediction includes.
+    pub fn fused_add(&self) -> Option<&str> {
+        match self {
+            AnsweredBy::Model { fused_add, .. } => fused_add.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for AnsweredBy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AnsweredBy::Free => f.write_str("free"),
+            AnsweredBy::Fused { into } => write!(f, "fused:{into}"),
+            AnsweredBy::Model { name, fused_add: None } => f.write_str(name),
+            AnsweredBy::Model { name, fused_add: Some(add) } => write!(f, "{name}+add:{add}"),
+            AnsweredBy::Analytic => f.write_str("analytic:bandwidth"),
+            AnsweredBy::Uncovered => f.write_str("uncovered"),
+        }
+    }
+}
+
+impl Serialize for AnsweredBy {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl PartialEq<str> for AnsweredBy {
+    /// Whether this prints as `other`.
+    fn eq(&self, other: &str) -> bool {
+        match self {
+            AnsweredBy::Free => other == "free",
+            AnsweredBy::Fused { into } => other.strip_prefix("fused:") == Some(into.as_str()),
+            AnsweredBy::Model { name, fused_add: None } => other == name,
+            AnsweredBy::Model { name, fused_add: Some(add) } => {
+                other.strip_prefix(name.as_str()).and_then(|rest| rest.strip_prefix("+add:")) == Some(add.as_str())
+            }
+            AnsweredBy::Analytic => other == "analytic:bandwidth",
+            AnsweredBy::Uncovered => other == "uncovered",
+        }
+    }
+}
+
+impl PartialEq<&str> for AnsweredBy {
+    fn eq(&self, other: &&str) -> bool {
+        self == *other
+    }
+}
+
+/// What a method says about one layer.
+pub(super) struct Prediction {
+    pub latency_ms: f64,
+    pub power_w: Option<f64>,
+    /// The layer's whole memory while it runs, as the collector measures it (inputs, output, weights, scratch).
+    pub memory_mib: Option<f64>,
+    /// Bytes the engine keeps for the layer's weights when the memory model knows them (tract's packed
+    /// weights), else `None`: the f32 weights count.
+    pub weight_bytes: Option<u64>,
+    /// The model's name ([`AnsweredBy::Model`]).
+    pub name: String,
+}
+
+/// How a layer's predicted memory divides: what stays resident for the whole run and the workspace its step
+/// holds beyond its inputs, output and those.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    /// The engine's weights (packed when the memory model knows them, else f32).
+    weight_bytes: u64,
+    /// Tables the engine's plan keeps for the whole run ([`crate::engine::packing::tract_plan_bytes`]).
+    plan_bytes: u64,
+    /// `None` without a memory prediction.
+    workspace_bytes: Option<u64>,
+}
+
+impl Prediction {
+    fn held(&self, config: &LayerConfig, cost: &LayerCost, rules: &dyn EngineRules) -> Held {
+        let (weight_bytes, plan_bytes) = rules.resident_bytes(config, cost, self.weight_bytes);
+        let workspace_bytes = self.memory_mib.map(|m| {
+            // `as` saturates: an absurd extrapolation stays huge instead of wrapping.
+            let predicted = if m.is_finite() && m > 0.0 { (m * MIB) as u64 } else { 0 };
+            let io_bytes = (cost.input_elems + cost.output_elems) * BYTES_PER_ELEMENT;
+            predicted.saturating_sub(io_bytes.saturating_add(weight_bytes).saturating_add(plan_bytes))
+        });
+        Held { weight_bytes, plan_bytes, workspace_bytes }
+    }
+}
+
+/// The answer for one layer of the plan, before calibration.
+pub(super) struct Answer {
+    pub by: AnsweredBy,
+    /// A fused add's time included; `None` when uncovered.
+    pub latency_ms: Option<f64>,
+    pub power_w: Option<f64>,
+    /// For a layer the method predicted: what it keeps resident and its workspace.
+    held: Option<Held>,
+    /// For a reader of an unbuilt concat: the largest workspace of one part's product plus the partial sum.
+    part_workspace: Option<u64>,
+}
+
+impl Answer {
+    fn without_work(by: AnsweredBy) -> Answer {
+        Answer { by, latency_ms: Some(0.0), power_w: None, held: None, part_workspace: None }
+    }
+}
+
+/// Pass 1: every running layer predicted by the method. A residual add planned inside a convolution that has no
+/// prediction, or that nothing times, runs as itself after all ([`Plan::run_add_alone`]).
+pub(super) fn predict(
+    estimator: &Estimator,
+    net: &Network,
+    analysis: &Analysis,
+    plan: &mut Plan,
+) -> Result<(Vec<Answer>, Vec<Uncovered>)> {
+    let rules = estimator.rules;
+    let total_flops = analysis.total_flops();
+    let mut answers = Vec::with_capacity(net.layers.len());
+    let mut uncovered = Vec::new();
+    for (i, layer) in net.layers.iter().enumerate() {
+        let kernel = match plan.role(i) {
+            Role::Free => {
+                answers.push(Answer::without_work(AnsweredBy::Free));
+                continue;
+            }
+            Role::Inside { owner, .. } => {
+                answers.push(Answer::without_work(AnsweredBy::Fused { into: net.layers[owner].name.clone() }));
+                continue;
+            }
+            Role::Runs(kernel) => kernel,
+        };
+        let layer_type = layer.op.layer_type();
+        let cost = &analysis.costs[i];
+        let config = analysis.config(net, i);
+        let prediction = estimator.predict(&config, cost).map_err(|e| layer_error(net, i, e))?;
+        let answer = match prediction {
+            Some(p) => {
+                let held = p.held(&config, cost, rules);
+                let mut latency_ms = p.latency_ms;
+                let mut fused_add = None;
+                if let Some(add) = kernel.fused_add {
+                    // The add runs inside this layer's product: its work is part of this layer's time.
+                    match add_latency_ms(estimator, net, analysis, add)? {
+                        Some(ms) => {
+                            latency_ms += ms;
+                            fused_add = Some(net.layers[add].name.clone());
+                        }
+                        None => plan.run_add_alone(add),
+                    }
+                }
+                let part_workspace = match (kernel.unbuilt_concat, held.workspace_bytes) {
+                    (Some(concat), Some(_)) => {
+                        let parts = &analysis.config(net, concat).input_shapes;
+                        let output_bytes = cost.output_elems * BYTES_PER_ELEMENT;
+                        part_workspace(estimator, &config, parts, output_bytes).map_err(|e| layer_error(net, i, e))?
+                    }
+                    _ => None,
+                };
+                Answer {
+                    by: AnsweredBy::Model { name: p.name, fused_add },
+                    latency_ms: Some(latency_ms),
+                    power_w: p.power_w,
+                    held: Some(held),
+                    part_workspace,
+                }
+            }
+            None => {
+                if let Some(add) = kernel.fused_add {
+                    plan.run_add_alone(add);
+                }
+                let no_model =
+                    |by, latency_ms| Answer { by, latency_ms, power_w: None, held: None, part_workspace: None };
+                match estimator.memory_bandwidth_gbs {
+                    Some(gbs) if is_memory_bound(layer_type) => {
+                        let io_bytes = (cost.input_elems + cost.output_elems) * BYTES_PER_ELEMENT;
+                        no_model(AnsweredBy::Analytic, Some(1e3 * io_bytes as f64 / (gbs * 1e9)))
+                    }
+                    _ => {
+                        uncovered.push(Uncovered {
+                            name: layer.name.clone(),
+                            layer_type,
+                            flops: cost.flops,
+                            flops_share: if total_flops > 0 { cost.flops as f64 / total_flops as f64 } else { 0.0 },
+                        });
+                        no_model(AnsweredBy::Uncovered, None)
+                    }
+                }
+            }
+        };
+        answers.push(answer);
+    }
+    Ok((answers, uncovered))
+}
+
+/// The time of a residual add computed inside a convolution: its own prediction, else its memory traffic at the
+/// device's bandwidth; `None` when neither is known.
+fn add_latency_ms(estimator: &Estimator, net: &Network, analysis: &Analysis, add: usize) -> Result<Option<f64>> {
+    let add_config = analysis.config(net, add);
+    let add_cost = &analysis.costs[add];
+    Ok(match estimator.predict(&add_config, add_cost).map_err(|e| layer_error(net, add, e))? {
+        Some(p) => Some(p.latency_ms),
+        None => estimator.memory_bandwidth_gbs.map(|gbs| {
+            let bytes = (add_cost.input_elems + add_cost.output_elems) * BYTES_PER_ELEMENT;
+            1e3 * bytes as f64 / (gbs * 1e9)
+        }),
+    })
+}
+
+/// Workspace of a 1×1 convolution over a concat the engine never builds: it computes one product per part, so
+/// the largest of the workspaces predicted for each part alone, plus the partial sum the next part adds to.
+/// `None` when a part has no memory prediction.
+fn part_workspace(
+    estimator: &Estimator,
+    config: &LayerConfig,
+    parts: &[Shape],
+    output_bytes: u64,
+) -> std::result::Result<Option<u64>, LayerError> {
+    let mut largest = 0u64;
+    for part in parts {
+        let part_config = LayerConfig { input_shapes: vec![part.clone()], ..config.clone() };
+        let cost = part_config.cost()?;
+        let Some(p) = estimator.predict(&part_config, &cost)? else { return Ok(None) };
+        let Some(workspace) = p.held(&part_config, &cost, estimator.rules).workspace_bytes else { return Ok(None) };
+        largest = largest.max(workspace);
+    }
+    Ok(Some(largest.saturating_add(output_bytes)))
+}
+
+/// Layer types cheap enough to cost their memory traffic when no predictor knows them.
+fn is_memory_bound(t: LayerType) -> bool {
+    matches!(
+        t,
+        LayerType::Activation
+            | LayerType::BatchNorm
+            | LayerType::Add
+            | LayerType::Multiply
+            | LayerType::Concat
+            | LayerType::ZeroPadding2d
+            | LayerType::Cropping2d
+            | LayerType::GlobalAvgPool2d
+            | LayerType::GlobalMaxPool2d
+    )
+}
+
+/// Pass 2: each layer's latency, the whole-network calibration's per-layer terms applied to the layers that
+/// run (a fused add's own term on its convolution).
+pub(super) fn latency(
+    net: &Network,
+    analysis: &Analysis,
+    plan: &Plan,
+    answers: &[Answer],
+    correction: Option<Correction>,
+) -> Vec<Option<f64>> {
+    let network_weight_bytes: u64 = analysis.costs.iter().map(|c| c.weight_elems * BYTES_PER_ELEMENT).sum();
+    answers
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let (Some(c), Some(t), Some(kernel)) = (correction, a.latency_ms, plan.kernel(i)) else {
+                return a.latency_ms;
+            };
+            let t = match kernel.fused_add {
+                Some(add) => t + c.residual_add_ms(analysis.costs[add].output_elems * BYTES_PER_ELEMENT),
+                None => t,
+            };
+            let weight_bytes = analysis.costs[i].weight_elems * BYTES_PER_ELEMENT;
+            Some(c.layer_latency_ms(net.layers[i].op.layer_type(), weight_bytes, network_weight_bytes, t))
+        })
+        .collect()
+}
+
+/// Pass 3: each layer's energy, latency × power (ms × W = mJ); 0 for a layer that does not run. Returns the
+/// energies and how many running layers have no power prediction.
+pub(super) fn energy(latency: &[Option<f64>], answers: &[Answer]) -> (Vec<Option<f64>>, usize) {
+    let mut missing = 0;
+    let energy = latency
+        .iter()
+        .zip(answers)
+        .map(|(t, a)| match (t, a.power_w) {
+            (Some(t), Some(p)) => Some(t * p),
+            (Some(_), None) if !a.by.runs() => Some(0.0),
+            _ => {
+                missing += 1;
+                None
+            }
+        })
+        .collect();
+    (energy, missing)
+}
+
+/// What the memory pass gives: each layer's memory while it runs and the network's memory in use at each step,
+/// what stays resident, and how many running layers have no memory prediction.
+pub(super) struct MemoryPass {
+    pub layer_mib: Vec<f64>,
+    pub in_use_bytes: Vec<Option<u64>>,
+    pub steps: Vec<Step>,
+    pub resident_bytes: u64,
+    pub input_bytes: u64,
+    pub missing: usize,
+}
+
+/// Pass 4: memory. Every running layer's memory as measured alone (inputs, output, weights, tables, workspace,
+/// its engine structure), what stays resident (weights, tables, the engine's structure per layer), and the
+/// liveness walk ([`memory`]) over the plan.
+pub(super) fn memory(
+    net: &Network,
+    analysis: &Analysis,
+    plan: &Plan,
+    answers: &[Answer],
+    rules: &dyn EngineRules,
+    structure: Option<&EngineStructure>,
+) -> MemoryPass {
+    let n = net.layers.len();
+    let (mut layer_mib, mut steps) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut all_weight_bytes, mut missing) = (0u64, 0usize);
+    // What the engine keeps per layer besides weights and tables ([`super::structure`]); signed (see there).
+    let mut structure_bytes = 0.0f64;
+    for (i, (layer, answer)) in net.layers.iter().zip(answers).enumerate() {
+        let cost = &analysis.costs[i];
+        let output_bytes = cost.output_elems * BYTES_PER_ELEMENT;
+        let kernel = match plan.role(i) {
+            Role::Runs(kernel) => kernel,
+            role => {
+                let fusion = match role {
+                    Role::Inside { fusion, .. } => Some(fusion),
+                    _ => None,
+                };
+                if let (Some(Fusion::Epilogue | Fusion::ResidualAdd), Some(s)) = (fusion, structure) {
+                    // A batch norm folded into the product before it, or an activation or add it computes.
+                    let kind = if matches!(layer.op, Op::BatchNorm) { FUSED_BATCH_NORM } else { FUSED };
+                    structure_bytes += s.bytes(kind);
+                }
+                layer_mib.push(0.0);
+                steps.push(Step {
+                    output_bytes,
+                    workspace_bytes: 0,
+                    executes: false,
+                    in_place: false,
+                    packs_input: false,
+                    keeps_inputs: fusion == Some(Fusion::UnbuiltConcat),
+                });
+                continue;
+            }
+        };
+        // The layer's part of the engine's plan: measured alone, its memory includes it (`alone`, taken out of
+        // the workspace below); in the network it is resident (`in_network`: a chained follower adds less, a
+        // product over an unbuilt concat is one product per part, and an activation the layer computes is a
+        // fused op or a node of its own).
+        let alone_bytes = match structure {
+            Some(s) => {
+                let own_kind = rules.structure_kind_of(&analysis.config(net, i));
+                let kind = rules.structure_kind(net, &analysis.sources, plan, i, own_kind);
+                let products = kernel.unbuilt_concat.map_or(1, |concat| analysis.sources[concat].len().max(1));
+                let activation = rules.own_activation_kind(&layer.op).map_or(0.0, |k| s.bytes(k));
+                structure_bytes += s.bytes(kind) * products as f64 + activation;
+                s.bytes(own_kind).max(0.0) as u64
+            }
+            None => 0,
+        };
+        let (weight_bytes, plan_bytes, workspace_bytes) = match answer.held {
+            Some(held) => {
+                let workspace = match (held.workspace_bytes, answer.part_workspace) {
+                    (Some(_), Some(parts)) => parts.saturating_sub(alone_bytes),
+                    (Some(bytes), None) => bytes.saturating_sub(alone_bytes),
+                    (None, _) => {
+                        missing += 1;
+                        0
+                    }
+                };
+                (held.weight_bytes, held.plan_bytes, workspace)
+            }
+            None => (cost.weight_elems * BYTES_PER_ELEMENT, 0, 0),
+        };
+        let io_bytes = (cost.input_elems + cost.output_elems) * BYTES_PER_ELEMENT;
+        // The layer's whole memory while it runs, as measured alone (its structure back in).
+        layer_mib.push((io_bytes + weight_bytes + plan_bytes + workspace_bytes + alone_bytes) as f64 / MIB);
+        all_weight_bytes += weight_bytes + plan_bytes;
+        steps.push(Step {
+            output_bytes,
+            workspace_bytes,
+            executes: true,
+            in_place: rules.computes_in_place(&layer.op),
+            packs_input: rules.copies_input_when_packing(&layer.op) && kernel.unbuilt_concat.is_none(),
+            keeps_inputs: false,
+        });
+    }
+    let input_bytes = net.input_shape.iter().product::<usize>() as u64 * net.batch_size as u64 * BYTES_PER_ELEMENT;
+    // A fused add's output is the convolution's output (the product adds the other input as it stores): the
+    // memory walk aliases a layer that does not run to its first input, so that side goes first.
+    let reordered;
+    let sources = if plan.roles().iter().any(|r| matches!(r, Role::Inside { fusion: Fusion::ResidualAdd, .. })) {
+        let mut s = analysis.sources.clone();
+        for (add, role) in plan.roles().iter().enumerate() {
+            if let Role::Inside { via, fusion: Fusion::ResidualAdd, .. } = *role {
+                if s[add].get(1) == Some(&Source::Layer(via)) {
+                    s[add].swap(0, 1);
+                }
+            }
+        }
+        reordered = s;
+        &reordered
+    } else {
+        &analysis.sources
+    };
+    let resident_bytes = (all_weight_bytes as f64 + structure_bytes).max(0.0) as u64;
+    let in_use_bytes = memory::in_use_bytes(sources, &steps, input_bytes, resident_bytes);
+    MemoryPass { layer_mib, in_use_bytes, steps, resident_bytes, input_bytes, missing }
+}
+
+/// The totals of an estimate from its rows and the memory pass: the peak of the liveness walk (calibrated when
+/// the device has a calibration), the paper's two cruder memory rules beside it.
+pub(super) fn totals(
+    layers: &[LayerEstimate],
+    memory: &MemoryPass,
+    calibration: Option<&Calibration>,
+    has_power: bool,
+) -> Totals {
+    let mut peak: Option<(usize, u64)> = None;
+    for (i, bytes) in memory.in_use_bytes.iter().enumerate() {
+        if let Some(b) = *bytes {
+            if peak.is_none_or(|(_, p)| b > p) {
+                peak = Some((i, b));
+            }
+        }
+    }
+    let mut peak_memory_mib = peak.map_or(memory.resident_bytes, |(_, b)| b) as f64 / MIB;
+    if let Some(c) = calibration.map(|c| c.correction) {
+        let timed: Vec<&LayerEstimate> = layers
+            .iter()
+            .zip(&memory.steps)
+            .filter(|(l, s)| s.executes && l.latency_ms.is_some())
+            .map(|(l, _)| l)
+            .collect();
+        let weighted = timed.iter().filter(|l| l.layer_type.is_weighted()).count();
+        peak_memory_mib = c.peak_memory_mib(peak_memory_mib, timed.len(), weighted);
+    }
+    let mut executed: Vec<f64> =
+        layers.iter().zip(&memory.steps).filter(|(_, s)| s.executes).map(|(l, _)| l.memory_mib).collect();
+    executed.sort_by(|a, b| b.total_cmp(a));
+    Totals {
+        latency_ms: layers.iter().filter_map(|l| l.latency_ms).sum(),
+        energy_mj: has_power.then(|| layers.iter().filter_map(|l| l.energy_mj).sum()),
+        peak_memory_mib,
+        peak_memory_layer: peak.map(|(i, _)| layers[i].name.clone()),
+        resident_memory_mib: memory.resident_bytes.saturating_add(memory.input_bytes) as f64 / MIB,
+        memory_two_largest_mib: executed.iter().take(2).sum(),
+        memory_two_mean_mib: if executed.is_empty() {
+            0.0
+        } else {
+            2.0 * executed.iter().sum::<f64>() / executed.len() as f64
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_answered_prints_and_compares_as_the_strings_of_the_estimate_s_json() {
+        let model = |name: &str, add: Option<&str>| AnsweredBy::Model {
+            name: name.to_string(),
+            fused_add: add.map(str::to_string),
+        };
+        let cases = [
+            (AnsweredBy::Free, "free"),
+            (AnsweredBy::Fused { into: "c1".into() }, "fused:c1"),
+            (model("ert+log", None), "ert+log"),
+            (model("ert", Some("a_add")), "ert+add:a_add"),
+            (AnsweredBy::Analytic, "analytic:bandwidth"),
+            (AnsweredBy::Uncovered, "uncovered"),
+        ];
+        for (by, text) in &cases {
+            assert_eq!(by.to_string(), *text);
+            assert_eq!(serde_json::to_value(by).unwrap(), serde_json::json!(text));
+            for (_, other) in &cases {
+                assert_eq!(by == *other, text == other, "{by:?} against {other}");
+            }
+        }
+        assert!(model("ert", Some("a")) != "ert+add:b" && model("ert", Some("a")) != "ert");
+        assert_eq!(model("ert", Some("a_add")).fused_add(), Some("a_add"));
+        assert_eq!(AnsweredBy::Fused { into: "c1".into() }.fused_into(), Some("c1"));
+        assert!(!AnsweredBy::Free.runs() && AnsweredBy::Uncovered.runs());
+    }
+}
