@@ -10,7 +10,8 @@
 //! dependencies at opt-level 3 in that profile).
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use perfmodel::estimate::{Dirs, Estimator};
+use perfmodel::estimate::Estimator;
+use perfmodel::Dirs;
 use perfmodel::ffi::{
     pm_estimate_layers, pm_estimator_close, pm_estimator_open_method, PmEstimator, PmLayer, PmResult,
 };
@@ -112,7 +113,7 @@ fn bench(c: &mut Criterion) {
     let (dir, device) = models();
     let shipped = |name: &str| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(name);
     let (data, collectors) = (shipped("data"), shipped("collectors"));
-    let dirs = Dirs { models: &dir, data: &data, collectors: &collectors };
+    let dirs = Dirs::default().with_models(&dir).with_data(data).with_collectors(collectors);
     let open = || {
         Estimator::open_method("learned", &device, &dirs).unwrap_or_else(|e| {
             panic!("{e}\nthe estimate bench needs trained models: set PERFMODEL_MODELS / PERFMODEL_DEVICE")

@@ -12,9 +12,10 @@
 //! - The handle owns an `Estimator`, which is `Send + Sync`: one handle can serve several threads at once.
 
 use crate::error::{Error, Location};
-use crate::estimate::{Dirs, Estimate, Estimator};
+use crate::estimate::{Estimate, Estimator};
 use crate::layer::{Activation, Conv2d, Dense, DepthwiseConv2d, LayerError, LayerType, Op, Padding, Pool2d, Shape};
 use crate::network::{Layer, Network, INPUT};
+use crate::Dirs;
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -475,11 +476,10 @@ pub unsafe extern "C" fn pm_estimator_open_method(
     out: *mut *mut PmEstimator,
 ) -> c_int {
     guard(|| {
-        let dirs = Dirs {
-            models: Path::new(c_str(models_dir, "models_dir")?),
-            data: Path::new(c_str(data_dir, "data_dir")?),
-            collectors: Path::new(c_str(collectors_dir, "collectors_dir")?),
-        };
+        let dirs = Dirs::default()
+            .with_models(c_str(models_dir, "models_dir")?)
+            .with_data(c_str(data_dir, "data_dir")?)
+            .with_collectors(c_str(collectors_dir, "collectors_dir")?);
         let device = c_str(device, "device")?;
         let method = c_str(method, "method")?;
         if out.is_null() {

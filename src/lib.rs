@@ -12,6 +12,7 @@ pub mod collect;
 pub mod cpu_clock;
 pub mod data;
 pub mod device;
+pub mod dirs;
 pub mod engine;
 pub mod error;
 pub mod estimate;
@@ -24,6 +25,7 @@ pub mod sample;
 pub mod train;
 pub mod zoo;
 
+pub use dirs::Dirs;
 pub use error::{Error, Result};
 pub use layer::{LayerConfig, LayerType, Op, Shape};
 pub use metric::Metric;

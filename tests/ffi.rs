@@ -6,7 +6,8 @@
 //! The model store is written through the training API (`ModelStore::save`) with linear predictors whose
 //! coefficients are chosen here, so the expected totals can be computed by hand from each layer's FLOPs.
 
-use perfmodel::estimate::{Dirs, Estimator};
+use perfmodel::estimate::Estimator;
+use perfmodel::Dirs;
 use perfmodel::layer::LayerType;
 use perfmodel::metric::Metric;
 use perfmodel::network::Network;
@@ -421,7 +422,7 @@ fn c_program_round_trip_and_error_codes() {
     assert_eq!(line(&stdout, "null_out"), "1 [argument 'out' is NULL]");
     assert_eq!(line(&stdout, "null_handle"), "1 [argument 'estimator' is NULL]");
     assert_eq!(line(&stdout, "paleo_open"), "0 []");
-    let dirs = Dirs { models: &models, data: &models, collectors: &collectors };
+    let dirs = Dirs::default().with_models(&models).with_data(&models).with_collectors(&collectors);
     let paleo = Estimator::open_method("paleo", "local", &dirs).unwrap().estimate(&net).unwrap().total;
     let paleo_c = numbers(line(&stdout, "paleo"));
     assert_eq!(paleo_c[0], paleo.latency_ms);

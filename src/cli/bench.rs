@@ -3,6 +3,7 @@
 use anyhow::Context;
 use perfmodel::collect::profile::DeviceProfile;
 use perfmodel::engine::profile_network;
+use perfmodel::Dirs;
 use perfmodel::Network;
 use std::path::PathBuf;
 
@@ -23,9 +24,6 @@ pub struct Args {
     /// machine, whichever machine the profile was made for. Default: one thread
     #[arg(long)]
     device: Option<String>,
-    /// Directory of device profiles
-    #[arg(long)]
-    collectors_dir: Option<PathBuf>,
     /// Output format: a table, or JSON with keys network, total {latency_ms, peak_memory_mib}, layers
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
@@ -37,9 +35,9 @@ pub struct Args {
 
 use super::TableOrJson as Format;
 
-pub fn run(args: Args) -> anyhow::Result<()> {
+pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
     let net = Network::load_with_batch(&args.net, args.batch.map(|b| b as usize))?;
-    let collectors = args.collectors_dir.clone().unwrap_or_else(|| super::default_dir("collectors"));
+    let collectors = &dirs.collectors;
     let threads = match &args.device {
         Some(device) => DeviceProfile::load(&collectors, device)?.threads,
         None => 1,

@@ -1,6 +1,5 @@
 //! `perfmodel collect`: measure sampled layer configs on a device (or re-measure stored ones).
 
-use super::default_dir;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use perfmodel::collect::profile::HostMatch;
@@ -9,6 +8,7 @@ use perfmodel::data::{Sample, Status};
 use perfmodel::engine::TractExecutor;
 use perfmodel::layer::LayerType;
 use perfmodel::sample::ConfigSet;
+use perfmodel::Dirs;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -38,12 +38,6 @@ pub struct Args {
     /// Measure only slice i of n (0-based), e.g. 0/4; default from SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT
     #[arg(long)]
     shard: Option<String>,
-    /// Data store root (rows go to DATA_DIR/DEVICE/<layer_type>.csv)
-    #[arg(long)]
-    data_dir: Option<PathBuf>,
-    /// Directory of device profiles
-    #[arg(long)]
-    collectors_dir: Option<PathBuf>,
     /// Instead of collecting: re-measure N random stored samples in this process and report the relative
     /// differences (repeatability); written to DATA_DIR/DEVICE/repeatability.json
     #[arg(long, value_name = "N")]
@@ -148,9 +142,8 @@ impl Observer for Progress {
     }
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let collectors_dir = args.collectors_dir.clone().unwrap_or_else(|| default_dir("collectors"));
-    let data_dir = args.data_dir.clone().unwrap_or_else(|| default_dir("data"));
+pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
+    let (collectors_dir, data_dir) = (&dirs.collectors, dirs.data.clone());
     let mut profile = DeviceProfile::load(&collectors_dir, &args.device)?;
     let host = perfmodel::device::Fingerprint::of_host();
     // Refused before anything is built or written; an older profile gets this machine recorded below.
@@ -186,7 +179,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
 
-    let configs_path = args.configs.clone().unwrap_or_else(|| default_dir("zoo").join("configs.json"));
+    let configs_path = args.configs.clone().unwrap_or_else(|| dirs.configs());
     let set = ConfigSet::load(&configs_path).context("loading configs (create them with `perfmodel zoo sample`)")?;
     if set.batch_sizes != profile.batch_sizes {
         progress.note(&format!(

@@ -1,10 +1,10 @@
 //! `perfmodel data ...`: manage collected data.
 
-use super::default_dir;
 use perfmodel::data::{self, merge_files, Status};
 use perfmodel::layer::LayerType;
+use perfmodel::Dirs;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Subcommand)]
 pub enum Command {
@@ -22,21 +22,18 @@ pub enum Command {
     Summary {
         #[arg(long)]
         device: String,
-        /// Data store root
-        #[arg(long)]
-        data_dir: Option<PathBuf>,
     },
 }
 
-pub fn run(command: Command) -> anyhow::Result<()> {
+pub fn run(command: Command, dirs: &Dirs) -> anyhow::Result<()> {
     match command {
         Command::Merge { inputs, output } => merge(inputs, output),
-        Command::Summary { device, data_dir } => summary(&device, data_dir.unwrap_or_else(|| default_dir("data"))),
+        Command::Summary { device } => summary(&device, &dirs.data),
     }
 }
 
-fn summary(device: &str, data_dir: PathBuf) -> anyhow::Result<()> {
-    let by_type = data::read_device(&data_dir, device)?;
+fn summary(device: &str, data_dir: &Path) -> anyhow::Result<()> {
+    let by_type = data::read_device(data_dir, device)?;
     println!("{:<18} {:>6} {:>6} {:>9} {:>7}", "layer type", "rows", "ok", "unstable", "failed");
     let mut stamps: Vec<&str> = Vec::new();
     for (t, samples) in &by_type {

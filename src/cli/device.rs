@@ -1,10 +1,9 @@
 //! `perfmodel device ...`: make a device for this machine, and show what this machine is.
 
-use super::default_dir;
 use perfmodel::collect::DeviceProfile;
 use perfmodel::device::init::{init, InitOptions};
 use perfmodel::device::Fingerprint;
-use std::path::PathBuf;
+use perfmodel::Dirs;
 
 #[derive(clap::Subcommand)]
 pub enum Command {
@@ -28,27 +27,20 @@ pub struct InitArgs {
     /// Replace an existing profile of that name
     #[arg(long)]
     force: bool,
-    /// Directory of device profiles
-    #[arg(long)]
-    collectors_dir: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
-pub struct FingerprintArgs {
-    /// Directory of device profiles
-    #[arg(long)]
-    collectors_dir: Option<PathBuf>,
-}
+pub struct FingerprintArgs {}
 
-pub fn run(command: Command) -> anyhow::Result<()> {
+pub fn run(command: Command, dirs: &Dirs) -> anyhow::Result<()> {
     match command {
-        Command::Init(args) => run_init(args),
-        Command::Fingerprint(args) => run_fingerprint(args),
+        Command::Init(args) => run_init(args, dirs),
+        Command::Fingerprint(args) => run_fingerprint(args, dirs),
     }
 }
 
-fn run_init(args: InitArgs) -> anyhow::Result<()> {
-    let dir = args.collectors_dir.unwrap_or_else(|| default_dir("collectors"));
+fn run_init(args: InitArgs, dirs: &Dirs) -> anyhow::Result<()> {
+    let dir = &dirs.collectors;
     let options = InitOptions::default()
         .with_threads(usize::try_from(args.threads).unwrap_or(usize::MAX))
         .with_executor(args.executor)
@@ -73,8 +65,8 @@ fn run_init(args: InitArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn run_fingerprint(args: FingerprintArgs) -> anyhow::Result<()> {
-    let dir = args.collectors_dir.unwrap_or_else(|| default_dir("collectors"));
+fn run_fingerprint(_: FingerprintArgs, dirs: &Dirs) -> anyhow::Result<()> {
+    let dir = &dirs.collectors;
     let host = Fingerprint::of_host();
     print!("{}", toml::to_string(host)?);
     println!();

@@ -1,25 +1,16 @@
 //! `perfmodel devices`: the device profiles, and what of each works on this machine.
 
-use super::default_dir;
 use perfmodel::collect::sensors::{nvml_device_memory_used, power_sensor, MemorySensor, Sensor};
 use perfmodel::collect::{DeviceProfile, SensorSpec};
 use perfmodel::engine::{Executor, TractExecutor};
 use perfmodel::train::ModelStore;
-use std::path::PathBuf;
+use perfmodel::Dirs;
 
 #[derive(clap::Args)]
-pub struct Args {
-    /// Directory of device profiles
-    #[arg(long)]
-    collectors_dir: Option<PathBuf>,
-    /// Directory of trained models (each device's in a subdirectory)
-    #[arg(long)]
-    models_dir: Option<PathBuf>,
-}
+pub struct Args {}
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let dir = args.collectors_dir.unwrap_or_else(|| default_dir("collectors"));
-    let models_dir = args.models_dir.unwrap_or_else(|| default_dir("models"));
+pub fn run(_: Args, dirs: &Dirs) -> anyhow::Result<()> {
+    let (dir, models_dir) = (&dirs.collectors, &dirs.models);
     let profiles = DeviceProfile::list(&dir)?;
     anyhow::ensure!(!profiles.is_empty(), "no device profiles (*.toml) in {}", dir.display());
     for p in profiles {

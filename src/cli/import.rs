@@ -1,7 +1,7 @@
 //! `perfmodel import ...`: bring published measurement datasets into the data store.
 
-use super::default_dir;
 use perfmodel::train::tvm;
+use perfmodel::Dirs;
 use std::path::PathBuf;
 
 #[derive(clap::Subcommand)]
@@ -17,16 +17,12 @@ pub struct TvmArgs {
     /// Device name to store the rows under (DATA_DIR/DEVICE/)
     #[arg(long)]
     device: String,
-    /// Data store root; default ./data (or the shipped one)
-    #[arg(long)]
-    data_dir: Option<PathBuf>,
 }
 
-pub fn run(command: Command) -> anyhow::Result<()> {
+pub fn run(command: Command, dirs: &Dirs) -> anyhow::Result<()> {
     match command {
         Command::TvmProfiling(args) => {
-            let data_dir = args.data_dir.unwrap_or_else(|| default_dir("data"));
-            let summary = tvm::import_tvm_profiling(&args.dir, &data_dir, &args.device)?;
+            let summary = tvm::import_tvm_profiling(&args.dir, &dirs.data, &args.device)?;
             println!("read {} files from {}", summary.files_read, args.dir.display());
             for (path, rows) in &summary.written {
                 println!("{}: {rows} rows appended", path.display());

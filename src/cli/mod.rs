@@ -1,7 +1,10 @@
-//! Command-line interface. Each subcommand lives in its own file with an `Args` struct and a `run` function;
-//! this file only dispatches and turns errors into messages and exit codes (2 for bad input, 1 otherwise).
+//! Command-line interface. Each subcommand lives in its own file with an `Args` struct and a `run` function
+//! that parses nothing further, calls the library and prints; this file resolves the project directories once
+//! ([`perfmodel::Dirs`]), dispatches, and turns errors into messages and exit codes (2 for bad input, 1
+//! otherwise).
 
 use clap::{Parser, Subcommand};
+use perfmodel::dirs::{DirOverrides, Dirs};
 use std::path::PathBuf;
 
 mod bench;
@@ -27,8 +30,28 @@ mod zoo;
     about = "Predict latency, energy and memory of neural-network inference on a device"
 )]
 struct Cli {
+    #[command(flatten)]
+    dirs: DirArgs,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The project directories, for every command (before or after its name).
+#[derive(clap::Args)]
+struct DirArgs {
+    /// Collected measurements, DATA_DIR/DEVICE/<layer_type>.csv [default: ./data, else the shipped data]
+    #[arg(long, global = true, help_heading = "Directories")]
+    data_dir: Option<PathBuf>,
+    /// Trained models and calibrations, MODELS_DIR/DEVICE/ [default: ./models, else the shipped models]
+    #[arg(long, global = true, help_heading = "Directories")]
+    models_dir: Option<PathBuf>,
+    /// Device profiles, COLLECTORS_DIR/DEVICE.toml [default: ./collectors, else the shipped ones]
+    #[arg(long, global = true, help_heading = "Directories")]
+    collectors_dir: Option<PathBuf>,
+    /// The zoo: architectures, sampled configs, holdout and calibration networks [default: ./zoo, else the
+    /// shipped zoo]
+    #[arg(long, global = true, help_heading = "Directories")]
+    zoo_dir: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -71,22 +94,29 @@ enum Command {
 
 pub fn main() -> i32 {
     let cli = Cli::parse();
+    let d = cli.dirs;
+    let dirs = &Dirs::resolve(DirOverrides {
+        data: d.data_dir,
+        models: d.models_dir,
+        collectors: d.collectors_dir,
+        zoo: d.zoo_dir,
+    });
     let result = match cli.command {
         Command::Inspect(a) => inspect::run(a),
-        Command::Zoo(c) => zoo::run(c),
+        Command::Zoo(c) => zoo::run(c, dirs),
         Command::ImportOnnx(a) => import_onnx::run(a),
-        Command::Bench(a) => bench::run(a),
-        Command::Collect(a) => collect::run(a),
-        Command::Device(c) => device::run(c),
-        Command::Devices(a) => devices::run(a),
-        Command::Data(c) => data::run(c),
-        Command::Train(a) => train::run(a),
-        Command::Import(c) => import::run(c),
-        Command::Estimate(a) => estimate::run(a),
-        Command::Calibrate(a) => calibrate::run(a),
-        Command::Validate(a) => validate::run(a),
-        Command::Outliers(a) => outliers::run(a),
-        Command::Speed(a) => speed::run(a),
+        Command::Bench(a) => bench::run(a, dirs),
+        Command::Collect(a) => collect::run(a, dirs),
+        Command::Device(c) => device::run(c, dirs),
+        Command::Devices(a) => devices::run(a, dirs),
+        Command::Data(c) => data::run(c, dirs),
+        Command::Train(a) => train::run(a, dirs),
+        Command::Import(c) => import::run(c, dirs),
+        Command::Estimate(a) => estimate::run(a, dirs),
+        Command::Calibrate(a) => calibrate::run(a, dirs),
+        Command::Validate(a) => validate::run(a, dirs),
+        Command::Outliers(a) => outliers::run(a, dirs),
+        Command::Speed(a) => speed::run(a, dirs),
     };
     match result {
         Ok(()) => 0,
@@ -112,19 +142,4 @@ fn exit_code(e: &anyhow::Error) -> i32 {
 pub enum TableOrJson {
     Table,
     Json,
-}
-
-/// A project directory (`data`, `models`, `zoo`, `collectors`): `./NAME` when it exists, else the one shipped
-/// beside the sources this binary was built from, so `cargo run` and an installed binary both find them.
-pub fn default_dir(name: &str) -> PathBuf {
-    let local = PathBuf::from(name);
-    if local.exists() {
-        return local;
-    }
-    let shipped = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(name);
-    if shipped.exists() {
-        shipped
-    } else {
-        local
-    }
 }

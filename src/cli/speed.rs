@@ -4,11 +4,10 @@
 //! (`collect::speed`) for a while and compares it with the nominal probe time of the device's collected data, so
 //! a user can tell a slow spell from a slow model before measuring anything.
 
-use super::default_dir;
 use perfmodel::collect::speed::{nominal_ms, SpeedProbe};
 use perfmodel::collect::DeviceProfile;
 use perfmodel::engine::TractExecutor;
-use std::path::PathBuf;
+use perfmodel::Dirs;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
@@ -25,16 +24,6 @@ pub struct Args {
     /// Print every reading, not only the summary
     #[arg(long)]
     each: bool,
-    /// Device profiles [default: ./collectors, else the shipped ones]
-    #[arg(long)]
-    collectors_dir: Option<PathBuf>,
-    /// Trained models, whose nominal probe time is compared with [default: ./models, else the shipped models]
-    #[arg(long)]
-    models_dir: Option<PathBuf>,
-    /// Collected measurements, for the nominal time when there are no trained models [default: ./data, else
-    /// the shipped data]
-    #[arg(long)]
-    data_dir: Option<PathBuf>,
 }
 
 /// A duration in seconds, above 0 and at most a day: a usage error (exit code 2) otherwise, like every other
@@ -48,9 +37,8 @@ fn parse_seconds(text: &str) -> Result<f64, String> {
     }
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    let collectors = args.collectors_dir.unwrap_or_else(|| default_dir("collectors"));
-    let profile = DeviceProfile::load(&collectors, &args.device)?;
+pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
+    let profile = DeviceProfile::load(&dirs.collectors, &args.device)?;
     let executor = TractExecutor::new(profile.threads)?;
     let mut probe = SpeedProbe::new(&executor, profile.protocol.burn_in_runs)?;
     let started = Instant::now();
@@ -73,14 +61,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         q(0.1),
         q(0.9)
     );
-    let models = args.models_dir.unwrap_or_else(|| default_dir("models"));
-    let data = args.data_dir.unwrap_or_else(|| default_dir("data"));
-    let from_models = perfmodel::train::store::ModelStore::open(&models, &profile.name)
+    let (models, data) = (&dirs.models, &dirs.data);
+    let from_models = perfmodel::train::store::ModelStore::open(models, &profile.name)
         .ok()
         .and_then(|store| store.manifest().nominal_probe_ms().ok())
         .map(|n| (n, format!("the training data of the models in {}", models.join(&profile.name).display())));
     let nominal = from_models.or_else(|| {
-        let by_type = perfmodel::data::read_device(&data, &profile.name).ok()?;
+        let by_type = perfmodel::data::read_device(data, &profile.name).ok()?;
         let n = nominal_ms(by_type.values().flatten().filter_map(|s| s.speed_ref_ms))?;
         Some((n, format!("the data in {}", data.join(&profile.name).display())))
     });

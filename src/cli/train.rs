@@ -1,30 +1,20 @@
 //! `perfmodel train`: fit per-(layer type, metric) predictors for a device and write the model store, report
 //! and plots.
 
-use super::default_dir;
 use indicatif::{ProgressBar, ProgressStyle};
 use perfmodel::layer::LayerType;
 use perfmodel::metric::Metric;
 use perfmodel::train::cv::{SelectBy, METHODS};
 use perfmodel::train::pipeline::{self, TrainOptions};
 use perfmodel::train::report;
+use perfmodel::Dirs;
 use perfmodel::Error;
-use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Device whose data to train on (DATA_DIR/DEVICE/*.csv)
     #[arg(long)]
     device: String,
-    /// Data store root; default ./data (or the shipped one)
-    #[arg(long)]
-    data_dir: Option<PathBuf>,
-    /// Model store root (models go to MODELS_DIR/DEVICE/); default ./models (or the shipped one)
-    #[arg(long)]
-    models_dir: Option<PathBuf>,
-    /// Directory of device profiles (whether the device is this machine decides the engine features)
-    #[arg(long)]
-    collectors_dir: Option<PathBuf>,
     /// Only these layer types, comma-separated (default: all with data)
     #[arg(long, value_delimiter = ',')]
     layers: Vec<String>,
@@ -110,14 +100,14 @@ fn options(args: &Args) -> Result<TrainOptions, Error> {
     })
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
+pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
     let mut options = options(&args)?;
     // Data measured with tract on this very machine: memory models can count weights as tract packs them here,
     // and latency models can see tract's decisions. Only on one thread: the engine features mirror tract's
     // single-thread tile walk (with more threads it splits the product into chunks that share the caches).
     use perfmodel::train::pipeline::HostEngine;
     // The engine is asked here, so only for a device whose profile records no other machine than this one.
-    let collectors = args.collectors_dir.clone().unwrap_or_else(|| default_dir("collectors"));
+    let collectors = &dirs.collectors;
     let host = perfmodel::device::Fingerprint::of_host();
     options.host_engine = match perfmodel::collect::profile::DeviceProfile::load(&collectors, &args.device) {
         Ok(p) if p.check_host(host).is_err() => {
@@ -147,8 +137,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.device
         );
     }
-    let data_dir = args.data_dir.clone().unwrap_or_else(|| default_dir("data"));
-    let models_dir = args.models_dir.clone().unwrap_or_else(|| default_dir("models"));
+    let (data_dir, models_dir) = (&dirs.data, &dirs.models);
     for source in &args.transfer_from {
         if source == &args.device {
             anyhow::bail!(Error::Invalid(format!(

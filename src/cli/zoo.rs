@@ -1,9 +1,9 @@
 //! `perfmodel zoo ...`: export the zoo architectures as net.json, list them, sample representative configs.
 
-use super::default_dir;
 use perfmodel::layer::LayerType;
 use perfmodel::sample::{self, AugmentBudget, SampleOptions};
 use perfmodel::zoo;
+use perfmodel::Dirs;
 use std::path::PathBuf;
 
 #[derive(clap::Subcommand)]
@@ -23,9 +23,6 @@ pub enum Command {
 
 #[derive(clap::Args)]
 pub struct SampleArgs {
-    /// Directory of zoo networks (*.json; its holdout/ and calibration/ subdirectories are never read)
-    #[arg(long)]
-    zoo_dir: Option<PathBuf>,
     /// Seed of the augmentation's random choices
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -40,7 +37,7 @@ pub struct SampleArgs {
     output: PathBuf,
 }
 
-pub fn run(command: Command) -> anyhow::Result<()> {
+pub fn run(command: Command, dirs: &Dirs) -> anyhow::Result<()> {
     match command {
         Command::Export { output } => {
             let written = zoo::export(&output)?;
@@ -59,12 +56,12 @@ pub fn run(command: Command) -> anyhow::Result<()> {
                 }
             }
         }
-        Command::Sample(args) => sample_cmd(args)?,
+        Command::Sample(args) => sample_cmd(args, dirs)?,
     }
     Ok(())
 }
 
-fn sample_cmd(args: SampleArgs) -> anyhow::Result<()> {
+fn sample_cmd(args: SampleArgs, dirs: &Dirs) -> anyhow::Result<()> {
     let layer_types = if args.layers.is_empty() {
         None
     } else {
@@ -82,8 +79,8 @@ fn sample_cmd(args: SampleArgs) -> anyhow::Result<()> {
             .collect::<Result<Vec<_>, _>>()?;
         Some(parsed)
     };
-    let zoo_dir = args.zoo_dir.unwrap_or_else(|| default_dir("zoo"));
-    let networks = sample::load_zoo_dir(&zoo_dir)?;
+    let zoo_dir = &dirs.zoo;
+    let networks = sample::load_zoo_dir(zoo_dir)?;
     let options =
         SampleOptions { seed: args.seed, batch_sizes: args.batch_sizes, layer_types, budget: AugmentBudget::default() };
     let (set, counts) = sample::sample(&networks, &options)?;

@@ -31,7 +31,7 @@
 //!   writes the output: the step holds max(input, output) + packed copy, not input + output + copy. Without
 //!   this, Xception's 1×1 convolutions on 128×147×147 tensors were predicted 10 MiB (8%) too high.
 //! - A concat that only 1×1 convolutions read is never built: tract computes each convolution one concatenated
-//!   part at a time ([`super::unmaterialised_concats`]). It allocates nothing, every part stays alive until the
+//!   part at a time ([`crate::engine::rules::Tract`]). It allocates nothing, every part stays alive until the
 //!   last of those convolutions has run ([`Step::keeps_inputs`]), and each convolution's workspace is the largest
 //!   of its parts'. Counted as built, with the whole convolution's workspace, SqueezeNet's peak came out 6.7%
 //!   (0.7 MiB) high.

@@ -1,4 +1,5 @@
-//! Whole-network estimation: predict every layer in isolation, then combine.
+//! Whole-network estimation: the engine's rules make a plan of the network ([`crate::engine::rules`]), every
+//! layer that runs is predicted in isolation, then the passes combine ([`passes`]).
 //!
 //! Latency is the sum of the layer latencies (the engine runs layers one after another); energy is
 //! Σ latencyₙ × powerₙ (ms × W = mJ), because power differs per layer; peak memory comes from a liveness walk over
@@ -15,9 +16,9 @@
 //!    reader is a convolution: the engine folds it into the convolution's own padding (tract does; measured
 //!    0 ms in whole-network runs), so the padded tensor is never made. With tract's models on this machine, a
 //!    channel concat read only by 1×1 convolutions is `fused:<first of them>` as well: tract computes those one
-//!    concatenated part at a time and never builds the concat ([`unmaterialised_concats`]). So is a residual add
+//!    concatenated part at a time and never builds the concat ([`Tract`]'s `unbuilt_concats`). So is a residual add
 //!    that tract computes inside the matrix product of the ungrouped convolution feeding it
-//!    ([`residual_adds_fused`]): the convolution's prediction then includes the add's, and a calibrated estimate
+//!    ([`Tract`]'s `residual_adds`): the convolution's prediction then includes the add's, and a calibrated estimate
 //!    adds what such a fused add costs beyond that ([`calibration`]).
 //! 3. The method's predictor (a trained regressor, a baseline formula, a nearest measured sample).
 //! 4. `analytic:bandwidth`: a cheap memory-bound layer with no predictor (activation, batch norm, add, multiply,
@@ -32,8 +33,9 @@ pub mod baseline;
 pub mod calibration;
 pub mod memory;
 pub mod outliers;
-mod passes;
+pub mod passes;
 pub mod report;
+pub mod request;
 pub mod structure;
 pub mod validate;
 pub mod zero_shot;
@@ -195,17 +197,6 @@ fn footprint_mib(cost: &LayerCost) -> f64 {
     ((cost.input_elems + cost.output_elems + cost.weight_elems) * BYTES_PER_ELEMENT) as f64 / MIB
 }
 
-/// Where the inputs of the estimation methods live.
-#[derive(Debug, Clone, Copy)]
-pub struct Dirs<'a> {
-    /// Trained models (`<models>/<device>/`), for the learned method.
-    pub models: &'a Path,
-    /// Collected measurements (`<data>/<device>/`), for the template method.
-    pub data: &'a Path,
-    /// Device profiles (`<collectors>/<device>.toml`), for paleo and memory bandwidth.
-    pub collectors: &'a Path,
-}
-
 /// Estimates whole networks for one device. Built once (loading models is the slow part), then reused; safe to
 /// share between threads.
 #[derive(Debug)]
@@ -291,7 +282,7 @@ impl Estimator {
         self
     }
 
-    /// Whether the learned models describe tract here (see [`Method::models_tract`]): what the engine structure
+    /// Whether the learned models describe tract here (see `Method::models_tract`): what the engine structure
     /// is measured for.
     pub fn models_tract(&self) -> bool {
         self.method.models_tract()
@@ -348,13 +339,13 @@ impl Estimator {
     /// The estimator `perfmodel estimate --method NAME` uses: the method's inputs come from `dirs`, and the
     /// device profile (when `collectors/<device>.toml` exists) supplies the memory bandwidth for cheap layers
     /// and, for paleo, the peak numbers.
-    pub fn open_method(method: &str, device: &str, dirs: &Dirs) -> Result<Estimator> {
+    pub fn open_method(method: &str, device: &str, dirs: &crate::Dirs) -> Result<Estimator> {
         let profile_file = dirs.collectors.join(format!("{device}.toml"));
-        let profile = if profile_file.is_file() { Some(DeviceProfile::load(dirs.collectors, device)?) } else { None };
+        let profile = if profile_file.is_file() { Some(DeviceProfile::load(&dirs.collectors, device)?) } else { None };
         let bandwidth = profile.as_ref().and_then(|p| p.memory_bandwidth_gbs);
         let estimator = match method {
-            "learned" => Estimator::open(dirs.models, device)?,
-            "template" => Estimator::new(device, Method::Template(Templates::load(dirs.data, device)?)),
+            "learned" => Estimator::open(&dirs.models, device)?,
+            "template" => Estimator::new(device, Method::Template(Templates::load(&dirs.data, device)?)),
             "paleo" => {
                 let missing = |field: &str| Error::Device {
                     device: device.to_string(),
@@ -363,7 +354,7 @@ impl Estimator {
                 let profile = match profile {
                     Some(p) => p,
                     // Not there: the profile loader's error lists the known devices.
-                    None => DeviceProfile::load(dirs.collectors, device)?,
+                    None => DeviceProfile::load(&dirs.collectors, device)?,
                 };
                 let roofline = Roofline {
                     peak_gflops: profile.peak_gflops.ok_or_else(|| missing("peak_gflops"))?,
@@ -410,7 +401,7 @@ impl Estimator {
     }
 
     /// The engine rules the estimate follows: tract's when the learned models describe tract
-    /// ([`Method::models_tract`]), else the generic ones.
+    /// (`Method::models_tract`), else the generic ones.
     pub fn rules(&self) -> &'static dyn EngineRules {
         self.rules
     }

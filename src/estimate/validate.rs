@@ -2,12 +2,19 @@
 //! measured, with the relative errors and their medians. This is the product's acceptance test on a device (the
 //! issue's targets: every network within ±10 % latency, median ≤ 5 %, peak memory within 1 %).
 
+use crate::collect::profile::DeviceProfile;
 use crate::collect::speed::{
     follows_probe, median_reading as median_of, network_latency_at_nominal, rounds_near_nominal,
 };
+use crate::collect::speed::{SpeedProbe, MIN_ROUNDS_NEAR_NOMINAL, PROBE_MAX_AGE};
 use crate::collect::stats::quantile_sorted;
-use crate::engine::{BenchStep, NetworkProfile};
-use crate::estimate::Estimate;
+use crate::device::Fingerprint;
+use crate::dirs::Dirs;
+use crate::engine::{profile_networks_observed, BenchObserver, BenchStep, NetworkProfile, RoundPlan, TractExecutor};
+use crate::error::Result;
+use crate::estimate::request::{trained_here_note, Opened};
+use crate::estimate::{Estimate, Estimator, Method};
+use crate::network::Network;
 use serde::Serialize;
 
 /// One network, predicted against measured. Errors are signed, in percent of the measurement.
@@ -330,6 +337,150 @@ pub fn probe_following_share(estimate: &Estimate) -> f64 {
         following / all
     } else {
         0.0
+    }
+}
+
+/// How `validate` benchmarks each network.
+#[derive(Debug, Clone, Copy)]
+pub struct BenchOptions {
+    pub plan: RoundPlan,
+    /// Untimed runs per network before its first timed round.
+    pub warmup: usize,
+    /// Time the speed probe between the rounds, to report the errors at the nominal speed of the models' data.
+    pub speed_probe: bool,
+}
+
+/// Validate the estimates of `request` on `nets`: each network estimated as asked (zero-shot included) and run
+/// here with the device's engine settings ([`bench_with_speed_probe`]), the errors and their medians, the notes
+/// every estimate or only some carry, and whether the device is another machine's. `log` receives progress and
+/// notes as they happen.
+pub fn validate(
+    nets: &[Network],
+    opened: &Opened,
+    dirs: &Dirs,
+    options: BenchOptions,
+    log: &mut dyn FnMut(String),
+) -> Result<Validation> {
+    let estimator = &opened.estimator;
+    let device = DeviceProfile::load(&dirs.collectors, &opened.choice.device)?;
+    let estimates = nets.iter().map(|n| opened.estimate(n)).collect::<Result<Vec<_>>>()?;
+    let nominal = if options.speed_probe { nominal_probe_ms(estimator, log) } else { None };
+    let (measured, readings) = bench_with_speed_probe(nets, &device, nominal, options.plan, options.warmup, log)?;
+    let rows = estimates.iter().zip(&measured).map(|(e, m)| NetworkError::new(e, m)).collect();
+    let mut v = Validation::new(estimator.device(), estimator.method().name(), rows);
+    if let Some(nominal) = nominal.filter(|_| !readings.is_empty()) {
+        v = v.with_speed_probe(nominal, &readings, &estimates, &measured);
+    }
+    // A note every network shares once; one that only some networks have, with their names.
+    for note in estimates.iter().flat_map(|e| &e.notes) {
+        let with: Vec<&str> = estimates.iter().filter(|e| e.notes.contains(note)).map(|e| e.network.as_str()).collect();
+        match with.len() == estimates.len() {
+            true => v.note(note),
+            false => v.note(&format!("{}: {note}", with.join(", "))),
+        }
+    }
+    // The networks ran here whatever the profile says; the table says when that is another machine.
+    let host = Fingerprint::of_host();
+    if let (Err(_), Some(recorded)) = (device.check_host(host), &device.fingerprint) {
+        v.other_machine = Some(format!(
+            "device '{}' was made for {}; the networks ran on this host, {}: the errors are its transfer errors",
+            device.name,
+            recorded.summary(),
+            host.summary()
+        ));
+    }
+    if let Some(note) = trained_here_note(estimator, dirs).filter(|_| opened.zero_shot.is_none()) {
+        v.note(&note);
+    }
+    if estimator.trained_elsewhere().is_some() && options.speed_probe {
+        v.note(
+            "the speed probe was not timed against the models' nominal speed: that is its time on the machine the \
+             models were trained on; errors at nominal speed not reported",
+        );
+    }
+    Ok(v)
+}
+
+/// The speed probe timed around a bench's rounds, asking for more rounds of a network that has too few near
+/// the nominal speed.
+struct ProbeObserver<'a> {
+    probe: Option<SpeedProbe>,
+    readings: ProbeReadings,
+    nominal_ms: Option<f64>,
+    /// Count rounds near nominal on the CPU clock, as [`Validation::with_speed_probe`] does for a one-thread
+    /// engine (a pool computes on other threads, whose time the calling thread's clock does not see).
+    cpu_clock: bool,
+    log: &'a mut dyn FnMut(String),
+}
+
+impl BenchObserver for ProbeObserver<'_> {
+    fn step(&mut self, step: BenchStep) -> Result<()> {
+        if let Some(p) = self.probe.as_mut() {
+            match p.reading(PROBE_MAX_AGE) {
+                Ok(ms) => self.readings.record(step, ms, p.last_cpu_ms()),
+                Err(e) => {
+                    // Later rounds then have no bracket and get no error at nominal speed.
+                    (self.log)(format!("note: the speed probe failed ({e}); machine speed not measured from here on"));
+                    self.probe = None;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn wants_more(&self, network: usize, _rounds: usize) -> bool {
+        match (&self.probe, self.nominal_ms) {
+            (Some(_), Some(nominal)) => {
+                self.readings.rounds_near_nominal(network, nominal, self.cpu_clock) < MIN_ROUNDS_NEAR_NOMINAL
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Profile `nets` in turns of `block` rounds ([`profile_networks_observed`]), with the speed probe
+/// ([`crate::collect::speed`]) timed before and right after every round (a reading is reused for
+/// [`PROBE_MAX_AGE`], so a small network's rounds mostly run back to back). After `rounds`, a network with fewer
+/// than [`MIN_ROUNDS_NEAR_NOMINAL`] rounds near `nominal_ms` runs more turns, up to `max_rounds`: a shared VM can
+/// spend a whole minute in a fast state (probe at 0.66-0.69x nominal), where one elasticity does not describe
+/// every network (yolo_tiny came out +26-27% at nominal from 5-6 rounds near it). Returns the profiles and the
+/// probe readings (empty when `nominal_ms` is `None` or the probe could not be built; `log` says why).
+pub fn bench_with_speed_probe(
+    nets: &[Network],
+    device: &DeviceProfile,
+    nominal_ms: Option<f64>,
+    plan: RoundPlan,
+    warmup: usize,
+    log: &mut dyn FnMut(String),
+) -> Result<(Vec<NetworkProfile>, ProbeReadings)> {
+    let executor = TractExecutor::new(device.threads)?;
+    let probe = match nominal_ms.map(|_| SpeedProbe::new(&executor, device.protocol.burn_in_runs)) {
+        Some(Ok(p)) => Some(p),
+        Some(Err(e)) => {
+            log(format!("note: machine speed not measured: {e}"));
+            None
+        }
+        None => None,
+    };
+    let readings = ProbeReadings::new(nets.len(), plan.rounds);
+    let mut observer = ProbeObserver { probe, readings, nominal_ms, cpu_clock: executor.threads() == 1, log };
+    let measured = profile_networks_observed(nets, &executor, plan, warmup, &mut observer)?;
+    Ok((measured, observer.readings))
+}
+
+/// The nominal probe time the estimator's latency models were trained at, with a note to `log` when there is
+/// none; `None` too for models trained on another machine, whose nominal time is that machine's probe time.
+pub fn nominal_probe_ms(estimator: &Estimator, log: &mut dyn FnMut(String)) -> Option<f64> {
+    let Method::Learned(store) = estimator.method() else { return None };
+    if estimator.trained_elsewhere().is_some() {
+        return None;
+    }
+    match store.manifest().nominal_probe_ms() {
+        Ok(nominal) => Some(nominal),
+        Err(why) => {
+            log(format!("note: the models {why}; errors at nominal speed not reported"));
+            None
+        }
     }
 }
 

@@ -29,7 +29,7 @@
 //!   1.1-2.0x behind convolutions (two calibrations, 2026-11-23), while the 1-2 MiB layers (within L2) of
 //!   mnist_mlp, tabular_mlp and Ciresan's MLP took 2.1-3.3x theirs. The network size is
 //!   fitted ([`fit_dense_gate`]) when enough layers support it;
-//! - residual adds tract computes inside a convolution's matrix product ([`super::residual_adds_fused`]):
+//! - residual adds tract computes inside a convolution's matrix product ([`crate::engine::rules::Tract`]):
 //!   `+ residual_add_ms_per_mib · A` on that convolution, for an add output of `A` MiB. Looped alone, the
 //!   convolution never has such an add; in a network the product reads the other input while it stores, and
 //!   that input, made long before, comes from far away. On the Zen 5 host (2026-11-23) those convolutions of
@@ -51,6 +51,10 @@
 //! networks, so a 1 ms and a 1 s network count alike. The file (`models/<device>/calibration.json`) keeps the networks and their measurements, and the
 //! data hash of the models it was fitted for: after a retrain it no longer applies, and estimates say so.
 
+mod run;
+
+pub use run::{calibrate, zoo_networks, CalibrateOptions};
+
 use crate::error::{write_atomic, Error, Result};
 use crate::layer::LayerType;
 use crate::train::store::Manifest;
@@ -64,7 +68,7 @@ pub const CALIBRATION_FILE: &str = "calibration.json";
 /// Bumped when the file's meaning changes.
 pub const CALIBRATION_FORMAT: u32 = 4;
 
-/// The rules the estimate follows for the engine (see `super::residual_adds_fused`, `super::fusion_owner` and
+/// The rules the estimate follows for the engine (see [`crate::engine::rules`] and
 /// [`super::structure`]), recorded with a calibration: one fitted under other rules still applies, with a note,
 /// since its terms were fitted on what those rules counted. 0: before this was recorded; 1: residual adds inside
 /// convolutions, depthwise and grouped convolutions without their batch norm and activation; 2: the engine's

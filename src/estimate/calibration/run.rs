@@ -1,0 +1,265 @@
+//! Calibrating a device: run networks here, estimate them uncalibrated, and fit the correction
+//! ([`Calibration::fit`]) on what the two disagree on.
+//!
+//! Why in the library: a calibration is part of a device, and whoever makes devices (the CLI, a script driving
+//! many machines through the C ABI) needs the same runs, the same points and the same refusals.
+
+use super::{
+    models_fingerprint, read_core_cache_mib, Calibration, CalibrationPoint, DenseLayerPoint, ResidualAddPoint,
+    MIN_NETWORKS,
+};
+use crate::collect::profile::DeviceProfile;
+use crate::device::Fingerprint;
+use crate::dirs::Dirs;
+use crate::engine::{NetworkProfile, RoundPlan, TractExecutor};
+use crate::error::{Error, Result};
+use crate::estimate::memory::{BYTES_PER_ELEMENT, MIB};
+use crate::estimate::validate::{bench_with_speed_probe, nominal_probe_ms, NetworkError, Validation};
+use crate::estimate::{structure, Estimate, Estimator, Method};
+use crate::layer::{LayerCost, LayerType};
+use crate::network::Network;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// How a calibration runs and what it fits. `Default`: 5 rounds after 2 warm-ups in turns of 5, the speed probe
+/// on, latency terms for dense layers and residual adds only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CalibrateOptions {
+    pub rounds: usize,
+    pub warmup: usize,
+    pub block: usize,
+    /// Time the speed probe between the rounds and bring each network's time to the nominal speed of the
+    /// models' data.
+    pub speed_probe: bool,
+    /// Calibrate models trained on another machine (refused by default).
+    pub allow_other_machine: bool,
+    /// Fit only the peak-memory correction, from one run per network.
+    pub memory_only: bool,
+    /// Also fit the whole-network latency terms (a scale and a time per executing layer) on the totals.
+    pub network_latency: bool,
+}
+
+impl Default for CalibrateOptions {
+    fn default() -> CalibrateOptions {
+        CalibrateOptions {
+            rounds: 5,
+            warmup: 2,
+            block: 5,
+            speed_probe: true,
+            allow_other_machine: false,
+            memory_only: false,
+            network_latency: false,
+        }
+    }
+}
+
+/// The zoo's architectures (`*.json` directly in `zoo`, except the sampled configs) and its calibration-only
+/// networks (`zoo/calibration/*.json`, if that directory exists). The holdout, another subdirectory, is never
+/// read.
+pub fn zoo_networks(zoo: &Path) -> Result<Vec<PathBuf>> {
+    let mut nets = json_files(zoo)?;
+    let calibration = zoo.join(crate::zoo::CALIBRATION_DIR);
+    if calibration.is_dir() {
+        nets.extend(json_files(&calibration)?);
+    }
+    Ok(nets)
+}
+
+/// The `*.json` files directly in `dir` except `configs.json`, sorted.
+fn json_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let io = |cause| Error::Io { path: dir.to_path_buf(), cause };
+    let mut nets = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let path = entry.map_err(io)?.path();
+        let is_net =
+            path.extension().is_some_and(|e| e == "json") && path.file_name().is_some_and(|n| n != "configs.json");
+        if is_net && path.is_file() {
+            nets.push(path);
+        }
+    }
+    nets.sort();
+    Ok(nets)
+}
+
+/// Calibrate `device`'s learned models on `nets` (at least [`MIN_NETWORKS`]), run here with the device's engine
+/// settings, and write the calibration beside the models. Refuses a profile of another machine, and models
+/// trained on another machine unless `options.allow_other_machine`. `log` receives progress and notes.
+pub fn calibrate(
+    device: &str,
+    nets: &[Network],
+    dirs: &Dirs,
+    options: CalibrateOptions,
+    log: &mut dyn FnMut(String),
+) -> Result<(Calibration, PathBuf)> {
+    let profile = DeviceProfile::load(&dirs.collectors, device)?;
+    // The calibration is fitted on this machine's runs: another machine's profile must not receive them.
+    profile.check_host(Fingerprint::of_host())?;
+    // Exactly what `perfmodel estimate` computes (bandwidth-priced cheap layers included), before calibration.
+    let estimator = Estimator::open_method("learned", device, dirs)?.without_calibration();
+    let Method::Learned(store) = estimator.method() else {
+        return Err(Error::Invalid("the learned method has no model store".to_string()));
+    };
+    let fingerprint = models_fingerprint(store.manifest());
+    if nets.len() < MIN_NETWORKS {
+        return Err(Error::Invalid(format!(
+            "calibration needs at least {MIN_NETWORKS} networks, got {} (by default the zoo's architectures)",
+            nets.len()
+        )));
+    }
+    log(format!("running {} networks, {} rounds each", nets.len(), options.rounds));
+    let (rounds, warmup) = if options.memory_only { (1, 0) } else { (options.rounds, options.warmup) };
+    // Models of another machine: this machine's runs would be fitted into their calibration, and their nominal
+    // probe time is that machine's.
+    if let Some(machine) = estimator.trained_elsewhere() {
+        if !options.allow_other_machine {
+            return Err(Error::Invalid(format!(
+                "device '{device}' has models trained on another machine ({machine}): calibrating them here would \
+                 fit this machine's runs into the calibration they are used with everywhere; calibrate on that \
+                 machine, or collect and train this one as a device of its own (--allow-other-machine to do it \
+                 anyway)"
+            )));
+        }
+        log(format!(
+            "note: device '{device}' has models trained on another machine ({machine}); their speed probe is not \
+             compared with this machine's"
+        ));
+    }
+    // What tract keeps per layer besides weights, measured here by probe networks: the estimates below count
+    // it, and so will every estimate this calibration applies to. Only for models of tract on this machine.
+    let structure = if estimator.models_tract() && estimator.trained_elsewhere().is_none() {
+        let probes = structure::probes();
+        log(format!("measuring the engine's per-layer structure ({} probe networks)", 2 * probes.len()));
+        let structure = structure::measure(&probes, &TractExecutor::new(1)?, &estimator)?;
+        if structure.is_none() {
+            log("note: heap use cannot be counted in this process; the engine's per-layer structure is not measured"
+                .to_string());
+        }
+        structure
+    } else {
+        None
+    };
+    let estimator = estimator.with_engine_structure(structure.clone());
+    let nominal = if options.memory_only || !options.speed_probe { None } else { nominal_probe_ms(&estimator, log) };
+    let plan = RoundPlan { rounds, max_rounds: rounds, block: options.block };
+    let (profiles, readings) = bench_with_speed_probe(nets, &profile, nominal, plan, warmup, log)?;
+    let estimates = nets.iter().map(|n| estimator.estimate(n)).collect::<Result<Vec<_>>>()?;
+    let mut at_nominal = Validation::new(device, "learned", {
+        estimates.iter().zip(&profiles).map(|(e, m)| NetworkError::new(e, m)).collect()
+    });
+    if let Some(nominal) = nominal.filter(|_| !readings.is_empty()) {
+        at_nominal = at_nominal.with_speed_probe(nominal, &readings, &estimates, &profiles);
+        if let Some(p) = &at_nominal.speed_probe {
+            log(format!("machine speed: probe at {:.2}x the nominal time of the models' data", p.ratio));
+        }
+    }
+    let mut points = Vec::with_capacity(nets.len());
+    for (((net, measured), estimate), row) in nets.iter().zip(&profiles).zip(&estimates).zip(&at_nominal.networks) {
+        log(format!(
+            "{}: measured {:.3} ms / {:.2} MiB, predicted {:.3} ms / {:.2} MiB",
+            net.name,
+            measured.total.latency_ms,
+            measured.total.peak_memory_mib,
+            estimate.total.latency_ms,
+            estimate.total.peak_memory_mib
+        ));
+        points.push(calibration_point(net, estimate, measured, row)?);
+    }
+    // The machine the networks ran on (calibrate runs them here): the kernel's cache description, else the L2
+    // size tract blocks its kernels by.
+    let core_cache_mib = read_core_cache_mib(Path::new("/sys/devices/system/cpu/cpu0/cache"))
+        .or_else(|| crate::engine::packing::host_l2_bytes().map(|b| b as f64 / MIB));
+    if core_cache_mib.is_none() {
+        log("note: the core's cache size could not be read; the dense-layer term applies in every network".to_string());
+    }
+    let mut calibration = Calibration::fit(device, "learned", &fingerprint, points, core_cache_mib)?;
+    if let (true, Some(why)) = (options.network_latency, &calibration.network_latency_error) {
+        return Err(Error::Invalid(why.clone()));
+    }
+    if options.memory_only {
+        calibration = calibration.memory_only();
+    } else if !options.network_latency {
+        calibration = calibration.without_network_latency();
+    }
+    calibration.machine_speed_ratio = at_nominal.speed_probe.as_ref().map(|p| p.ratio);
+    calibration.engine_structure = structure;
+    let path = calibration.save(&dirs.models)?;
+    Ok((calibration, path))
+}
+
+/// One network's point: its totals (measured at nominal speed when the probe ran), its dense layers and its
+/// convolutions computing a residual add.
+fn calibration_point(
+    net: &Network,
+    estimate: &Estimate,
+    measured: &NetworkProfile,
+    row: &NetworkError,
+) -> Result<CalibrationPoint> {
+    // Each layer's time brought to nominal speed like the network's total.
+    let to_nominal = row.measured_latency_at_nominal_ms.map_or(1.0, |n| n / measured.total.latency_ms);
+    let costs = net.analyze()?.costs;
+    let dense_layers = estimate
+        .layers
+        .iter()
+        .zip(&measured.layers)
+        .zip(&costs)
+        .filter(|((e, _), _)| e.layer_type == LayerType::Dense && e.predictor.fused_into().is_none())
+        .filter(|((_, m), _)| m.latency_ms > 0.0)
+        .filter_map(|((e, m), cost)| {
+            Some(DenseLayerPoint {
+                layer: e.name.clone(),
+                weight_mib: (cost.weight_elems * BYTES_PER_ELEMENT) as f64 / MIB,
+                predicted_ms: e.latency_ms?,
+                measured_ms: m.latency_ms * to_nominal,
+            })
+        })
+        .collect();
+    let weight_mib = costs.iter().map(|c| c.weight_elems * BYTES_PER_ELEMENT).sum::<u64>() as f64 / MIB;
+    // Convolutions that compute a residual add: their node's time and the add's (0 when tract fused it).
+    let residual_adds = residual_add_points(net, estimate, measured, &costs, to_nominal);
+    Ok(CalibrationPoint {
+        dense_layers,
+        residual_adds,
+        weight_mib,
+        network: net.name.clone(),
+        executing_layers: estimate.executing_layers(),
+        weighted_layers: estimate.weighted_layers(),
+        measured_latency_ms: row.measured_latency_at_nominal_ms.unwrap_or(measured.total.latency_ms),
+        predicted_latency_ms: estimate.total.latency_ms,
+        measured_peak_memory_mib: measured.total.peak_memory_mib,
+        predicted_peak_memory_mib: estimate.total.peak_memory_mib,
+    })
+}
+
+/// The residual-add points of one network ([`ResidualAddPoint`]): each convolution the estimate credits with a
+/// fused add ([`crate::estimate::AnsweredBy::fused_add`]), predicted with the add, measured as its node and the add's
+/// together.
+fn residual_add_points(
+    net: &Network,
+    estimate: &Estimate,
+    measured: &NetworkProfile,
+    costs: &[LayerCost],
+    to_nominal: f64,
+) -> Vec<ResidualAddPoint> {
+    let index: HashMap<&str, usize> = net.layers.iter().enumerate().map(|(i, l)| (l.name.as_str(), i)).collect();
+    let mut points = Vec::new();
+    for (conv, e) in estimate.layers.iter().enumerate() {
+        let Some(add) = e.predictor.fused_add().and_then(|name| index.get(name).copied()) else {
+            continue;
+        };
+        let (Some(predicted_ms), Some(conv_ms), Some(add_ms)) = (
+            e.latency_ms,
+            measured.layers.get(conv).map(|l| l.latency_ms),
+            measured.layers.get(add).map(|l| l.latency_ms),
+        ) else {
+            continue;
+        };
+        points.push(ResidualAddPoint {
+            layer: e.name.clone(),
+            add: net.layers[add].name.clone(),
+            add_mib: (costs[add].output_elems * BYTES_PER_ELEMENT) as f64 / MIB,
+            predicted_ms,
+            measured_ms: (conv_ms + add_ms) * to_nominal,
+        });
+    }
+    points
+}

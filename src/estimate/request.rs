@@ -1,0 +1,200 @@
+//! What a caller asks an estimate of, resolved once into an estimator: which device (the one made on this
+//! machine when none is named, else the nearest by fingerprint, scaled zero-shot), which method, calibrated or
+//! not.
+//!
+//! Why in the library: `estimate`, `validate` and `outliers` choose a device the same way, and so should a Rust,
+//! C or Python caller asking "how long on this machine": the choice reads the device profiles, the model stores
+//! and this machine's fingerprint, and a zero-shot scaling times speed probes here.
+
+use super::zero_shot::ZeroShot;
+use super::{Estimate, Estimator, Method, DEFAULT_DEVICE};
+use crate::collect::profile::{DeviceProfile, HostMatch};
+use crate::device::Fingerprint;
+use crate::dirs::Dirs;
+use crate::error::{Error, Result};
+
+/// What an estimate is asked of. `Default`: the device of this machine, learned models, calibrated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The device; `None` for the device made on this machine (else the nearest, zero-shot).
+    pub device: Option<String>,
+    /// One of [`Method::NAMES`].
+    pub method: String,
+    /// Ignore the device's whole-network calibration.
+    pub uncalibrated: bool,
+    /// Scale the device's latency models to this machine by speed probes timed here.
+    pub zero_shot: bool,
+}
+
+impl Default for Request {
+    fn default() -> Request {
+        Request { device: None, method: "learned".to_string(), uncalibrated: false, zero_shot: false }
+    }
+}
+
+/// The device a request resolves to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    pub device: String,
+    /// Whether its latency models are scaled to this machine.
+    pub zero_shot: bool,
+    /// Why no device of this machine was used (for the zero-shot line).
+    pub chosen_because: Option<String>,
+    /// Profiles that could not be read while choosing (each named, with why).
+    pub notes: Vec<String>,
+}
+
+/// A request opened: the device chosen, its estimator and, when zero-shot, the scaling measured here.
+#[derive(Debug)]
+pub struct Opened {
+    pub choice: Choice,
+    pub estimator: Estimator,
+    pub zero_shot: Option<ZeroShot>,
+}
+
+/// What zero-shot estimates showed in validation (docs/devices.md: two source devices, 19 networks, 2 runs).
+pub const ZERO_SHOT_EXPECTED_ERROR: &str = "±40% (a median of 6-15%)";
+
+impl Request {
+    pub fn with_device(mut self, device: Option<String>) -> Request {
+        self.device = device;
+        self
+    }
+
+    pub fn with_method(mut self, method: impl Into<String>) -> Request {
+        self.method = method.into();
+        self
+    }
+
+    pub fn with_uncalibrated(mut self, uncalibrated: bool) -> Request {
+        self.uncalibrated = uncalibrated;
+        self
+    }
+
+    pub fn with_zero_shot(mut self, zero_shot: bool) -> Request {
+        self.zero_shot = zero_shot;
+        self
+    }
+
+    /// The named device; else the device whose profile was made for this machine and has models; else the
+    /// device with models whose machine is nearest this one (by fingerprint), zero-shot; else the default.
+    pub fn choose(&self, dirs: &Dirs) -> Choice {
+        let plain = |device: &str, notes| Choice {
+            device: device.to_string(),
+            zero_shot: self.zero_shot,
+            chosen_because: None,
+            notes,
+        };
+        if let Some(device) = &self.device {
+            return plain(device, Vec::new());
+        }
+        let host = Fingerprint::of_host();
+        let has_models = |name: &str| crate::train::store::manifest_path(&dirs.models, name).is_file();
+        // Each profile on its own: one unreadable profile must not hide the others (it is named).
+        let mut profiles: Vec<DeviceProfile> = Vec::new();
+        let mut notes = Vec::new();
+        for name in DeviceProfile::names(&dirs.collectors).unwrap_or_default() {
+            match DeviceProfile::load(&dirs.collectors, &name) {
+                Ok(p) if has_models(&p.name) && p.executor == "tract" => profiles.push(p),
+                Ok(_) => {}
+                Err(e) => notes.push(format!("profile '{name}' is skipped when choosing a device: {e}")),
+            }
+        }
+        let here = |wanted: HostMatch| profiles.iter().find(|p| p.check_host(host).ok() == Some(wanted));
+        if let Some(p) = here(HostMatch::Recorded).or_else(|| here(HostMatch::Partial)) {
+            return plain(&p.name, notes);
+        }
+        let nearest = profiles
+            .iter()
+            .filter_map(|p| Some((p, host.distance(p.fingerprint.as_ref()?))))
+            .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.name.cmp(&b.0.name)));
+        // Only learned models are scaled; a baseline of the nearest device is estimated as it is.
+        match nearest {
+            Some((p, _)) if self.method != "learned" => plain(&p.name, notes),
+            Some((p, _)) => Choice {
+                device: p.name.clone(),
+                zero_shot: true,
+                chosen_because: Some(format!(
+                    "no device was made on this machine ({}); '{}' was made on the nearest one ({})",
+                    host.summary(),
+                    p.name,
+                    p.fingerprint.as_ref().map(|f| f.summary()).unwrap_or_default()
+                )),
+                notes,
+            },
+            None => plain(DEFAULT_DEVICE, notes),
+        }
+    }
+
+    /// The estimator of `choice` (`perfmodel estimate --method`'s), without calibration when asked.
+    pub fn estimator(&self, choice: &Choice, dirs: &Dirs) -> Result<Estimator> {
+        let estimator = Estimator::open_method(&self.method, &choice.device, dirs)?;
+        Ok(if self.uncalibrated { estimator.without_calibration() } else { estimator })
+    }
+
+    /// Choose the device, open its estimator and, when zero-shot, time the speed probes (a few seconds, with the
+    /// device's engine settings).
+    pub fn open(&self, dirs: &Dirs) -> Result<Opened> {
+        let choice = self.choose(dirs);
+        let estimator = self.estimator(&choice, dirs)?;
+        let zero_shot = zero_shot_of(&choice, &estimator, dirs)?;
+        Ok(Opened { choice, estimator, zero_shot })
+    }
+}
+
+/// The zero-shot scaling of `estimator`'s models to this machine when `choice` asks for it.
+pub fn zero_shot_of(choice: &Choice, estimator: &Estimator, dirs: &Dirs) -> Result<Option<ZeroShot>> {
+    if !choice.zero_shot {
+        return Ok(None);
+    }
+    let Method::Learned(store) = estimator.method() else {
+        return Err(Error::Invalid(format!("--zero-shot needs --method learned, not {}", estimator.method().name())));
+    };
+    let threads = DeviceProfile::load(&dirs.collectors, &choice.device).map_or(1, |p| p.threads);
+    let executor = crate::engine::TractExecutor::new(threads)?;
+    Ok(Some(ZeroShot::measure(store, &executor)?))
+}
+
+impl Opened {
+    /// `net` estimated as asked: scaled to this machine when zero-shot.
+    pub fn estimate(&self, net: &crate::Network) -> Result<Estimate> {
+        let estimate = self.estimator.estimate(net)?;
+        Ok(match &self.zero_shot {
+            Some(z) => apply_zero_shot(estimate, z, &self.choice),
+            None => estimate,
+        })
+    }
+}
+
+/// `estimate` scaled to this machine by `zero_shot`, its notes about another machine's models replaced by one
+/// line: which device, why, the factors, and the error zero-shot estimates have shown.
+pub fn apply_zero_shot(estimate: Estimate, zero_shot: &ZeroShot, choice: &Choice) -> Estimate {
+    let mut estimate = estimate;
+    estimate.notes.retain(|n| !n.contains("has models trained on another machine"));
+    let why = choice.chosen_because.as_ref().map_or(String::new(), |w| format!("{w}; "));
+    let note = format!(
+        "zero-shot: {why}'{}''s latency models scaled to this machine by {:.1} s of speed probes ({}); expect \
+         errors of up to {ZERO_SHOT_EXPECTED_ERROR} (docs/devices.md); 'perfmodel device init' and 'collect --quick' \
+         make a device of this machine",
+        zero_shot.source_device,
+        zero_shot.seconds,
+        zero_shot.factors_text()
+    );
+    estimate.with_zero_shot(zero_shot, note)
+}
+
+/// When the estimator's models come from another machine: the devices under `models_dir` whose models were
+/// trained on this one, as a note (it opens every store, so it is asked for, not part of every estimate).
+pub fn trained_here_note(estimator: &Estimator, dirs: &Dirs) -> Option<String> {
+    estimator.trained_elsewhere()?;
+    let here: Vec<String> = crate::train::store::devices_trained_here(&dirs.models)
+        .into_iter()
+        .map(|d| format!("'{d}' (--device {d})"))
+        .collect();
+    Some(match here.is_empty() {
+        true => "no device under the models directory was trained on this machine: 'perfmodel collect --device \
+                 NAME' and 'perfmodel train --device NAME' make one"
+            .to_string(),
+        false => format!("models trained on this machine: {}", here.join(", ")),
+    })
+}
