@@ -11,11 +11,11 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use perfmodel::estimate::Estimator;
-use perfmodel::Dirs;
 use perfmodel::ffi::{
     pm_estimate_layers, pm_estimator_close, pm_estimator_open_method, PmEstimator, PmLayer, PmResult,
 };
 use perfmodel::layer::{Activation, Conv2d, Dense, DepthwiseConv2d, Padding};
+use perfmodel::Dirs;
 use perfmodel::{Layer, LayerType, Network, Op};
 use std::ffi::CString;
 use std::hint::black_box;

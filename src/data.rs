@@ -459,7 +459,7 @@ impl SampleWriter {
                 buf.write_record(s.to_record()).map_err(encode)?;
             }
             let upgraded = buf.into_inner().map_err(|e| Error::Invalid(format!("cannot encode rows: {e}")))?;
-            crate::error::write_atomic(path, &upgraded)?;
+            crate::fsio::write_atomic(path, &upgraded)?;
             let torn = match &parsed.damaged_tail {
                 Some((_, line, why)) => format!("; removed the damaged last line {line} ({why}), measured again"),
                 None => String::new(),
@@ -583,7 +583,7 @@ pub fn merge_files(inputs: &[PathBuf], output: &Path) -> Result<usize> {
         w.write_record(s.to_record()).map_err(encode)?;
     }
     let bytes = w.into_inner().map_err(|e| Error::Invalid(format!("cannot encode rows: {e}")))?;
-    crate::error::write_atomic(output, &bytes)?;
+    crate::fsio::write_atomic(output, &bytes)?;
     Ok(merged.len())
 }
 

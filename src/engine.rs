@@ -9,11 +9,11 @@
 //! a rayon pool of that size and every run of its workloads happens inside `multithread_tract_scope`, so the
 //! device profile's `threads` is what the measurement uses (and other executors in the process are unaffected).
 
+mod bench;
 pub mod packing;
-mod profile;
 pub mod rules;
 
-pub use profile::{
+pub use bench::{
     profile_network, profile_networks, profile_networks_between, profile_networks_observed, BenchObserver, BenchStep,
     LayerProfile, NetworkProfile, NodeMemory, RoundPlan, TotalProfile,
 };

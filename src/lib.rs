@@ -17,12 +17,15 @@ pub mod engine;
 pub mod error;
 pub mod estimate;
 pub mod ffi;
+pub mod fsio;
 pub mod layer;
 pub mod metric;
 pub mod network;
 pub mod onnx;
 pub mod sample;
+pub mod stats;
 pub mod train;
+pub mod units;
 pub mod zoo;
 
 pub use dirs::Dirs;

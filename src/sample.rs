@@ -7,7 +7,8 @@
 //! dense (features, units) pairs. Holdout networks live in a subdirectory and are never read, so they stay an
 //! honest validation set. Everything random is drawn from one seeded ChaCha stream: same seed, same sample.
 
-use crate::error::{write_atomic, Error, Location, Result};
+use crate::error::{Error, Location, Result};
+use crate::fsio::write_atomic;
 use crate::layer::{Activation, Dense, DepthwiseConv2d, LayerConfig, LayerType, Op, Padding};
 use crate::network::{read_json, Network};
 use rand::seq::SliceRandom;
@@ -493,7 +494,7 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
     // First-layer variants, drawn last: the zoo's networks all start on a 3-channel image of 224-331 pixels, so
     // its few-channel convolutions are large. On a few channels tract's convolution is dominated by its
     // per-output work rather than its multiply-adds, and a model that only saw 224-pixel stems put a
-    // grey-scale 3x3 stem on a small image at 0.4x its measured time (2026-11-22).
+    // grey-scale 3x3 stem on a small image at 0.4x its measured time.
     order.shuffle(rng);
     let mut added = 0;
     for &i in order.iter().cycle().take(3 * order.len()) {
@@ -518,9 +519,9 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
     // Heavy variants, drawn after the first-layer ones for the same reason: the wide variants rarely draw both
     // channel counts high enough for weights beyond 16 MiB, and the zoo has none, while detection backbones
     // run 3x3 convolutions of 512-1024 channels (18-36 MiB). Around the last-level cache tract's cost per FLOP
-    // falls off a cliff: on the Zen 5 host a 3x3 convolution on 13x13 ran at 172 GFLOP/s with 448 -> 1024
+    // falls off a cliff: on one x86 machine a 3x3 convolution on 13x13 ran at 172 GFLOP/s with 448 -> 1024
     // channels (15.8 MiB) and at 110 with 512 -> 1024 (18 MiB), where a model trained without such samples
-    // predicted 8.2 ms for the latter against 14.5 measured (2026-11-23).
+    // predicted 8.2 ms for the latter against 14.5 measured.
     order.shuffle(rng);
     let mut added = 0;
     for &i in order.iter().cycle().take(3 * order.len()) {
@@ -550,7 +551,7 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
 
     // Resolution variants, drawn last: every found network runs at 224-331 pixels, so a model has never seen a
     // 16-channel map of 416x416. Memory-bound layers there are not a scaled-up version of the found ones (a
-    // 2x2 max pooling of 16x416x416 was predicted at 1.25x its measured time, 2026-11-23).
+    // 2x2 max pooling of 16x416x416 was predicted at 1.25x its measured time).
     // An equal share per type, so the few found poolings get as many variants as the many convolutions.
     let share = budget.resolution / RESOLUTION_TYPES.len();
     for t in RESOLUTION_TYPES {
@@ -579,7 +580,7 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
     // Padding variants of the found poolings and their other pool sizes, drawn after everything else so that
     // every earlier config stays as it was: each with 'same' padding if it pads nothing and without if it pads.
     // The zoo's strided average poolings are all unpadded, and ShuffleNet's 3x3 stride-2 'same' ones were
-    // predicted at 5.8 ns per input element where the unpadded ones run at a median 3.25 (2026-11-23).
+    // predicted at 5.8 ns per input element where the unpadded ones run at a median 3.25.
     for t in [LayerType::MaxPool2d, LayerType::AvgPool2d] {
         let bases: Vec<LayerConfig> = pool.by_type.get(&t).map_or_else(Vec::new, |list| {
             list.iter().filter(|c| c.count > 0 || c.source == "augment:pool_size").map(|c| c.config.clone()).collect()

@@ -7,13 +7,13 @@
 //! coefficients are chosen here, so the expected totals can be computed by hand from each layer's FLOPs.
 
 use perfmodel::estimate::Estimator;
-use perfmodel::Dirs;
 use perfmodel::layer::LayerType;
 use perfmodel::metric::Metric;
 use perfmodel::network::Network;
 use perfmodel::train::model::{Linear, Model, Standardizer};
 use perfmodel::train::store::{model_file_name, Manifest, ModelEntry, ModelFile, FORMAT_VERSION};
 use perfmodel::train::{ModelStore, Predictor, Scores};
+use perfmodel::Dirs;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -50,7 +50,7 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
             w.serialize(node)?;
         }
         let bytes = w.into_inner().context("writing the memory trace")?;
-        perfmodel::error::write_atomic(path, &bytes)
+        perfmodel::fsio::write_atomic(path, &bytes)
             .with_context(|| format!("writing the memory trace to {}", path.display()))?;
     }
     match args.format {

@@ -101,11 +101,7 @@ fn print_table(c: &Calibration, path: &Path) {
             errors[3]
         );
     }
-    let median = |v: Vec<f64>| {
-        let mut v = v;
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-    };
+    let median = |v: Vec<f64>| perfmodel::stats::median(&v).unwrap_or(f64::NAN);
     println!(
         "median |error| on these networks (in-sample): latency {:.1}% raw, {:.1}% calibrated; memory {:.1}% raw, {:.1}% calibrated",
         median(raw.iter().map(|e| e.0).collect()),

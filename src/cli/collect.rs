@@ -49,36 +49,18 @@ pub struct Args {
 
 /// A quick collection's time budget unless --time-budget says otherwise.
 const QUICK_BUDGET_S: u64 = 300;
-/// Roofline used to weigh layer types when a profile has none (an x86 core of the development machines).
+/// Roofline used to weigh layer types when a profile has none (a typical x86 server core).
 const DEFAULT_PEAK_GFLOPS: f64 = 100.0;
 const DEFAULT_BANDWIDTH_GBS: f64 = 20.0;
 
-/// `90`, `90s`, `30m`, `1h30m`, `2h`.
+/// `90` (seconds), or a duration as humantime reads it: `90s`, `30m`, `1h30m`, `2h`, `1h 30min`.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("expected a duration like 90s, 30m or 1h30m, got '{text}'");
-    let mut secs = 0u64;
-    let mut digits = String::new();
-    for c in text.trim().chars() {
-        if c.is_ascii_digit() {
-            digits.push(c);
-            continue;
-        }
-        let unit = match c {
-            'h' => 3600,
-            'm' => 60,
-            's' => 1,
-            _ => return Err(bad()),
-        };
-        secs += digits.parse::<u64>().map_err(|_| bad())? * unit;
-        digits.clear();
+    let text = text.trim();
+    let bad = |why: String| format!("expected a duration like 90s, 30m or 1h30m, got '{text}' ({why})");
+    if !text.is_empty() && text.chars().all(|c| c.is_ascii_digit()) {
+        return text.parse::<u64>().map(Duration::from_secs).map_err(|e| bad(e.to_string()));
     }
-    if !digits.is_empty() {
-        secs += digits.parse::<u64>().map_err(|_| bad())?;
-    }
-    if text.trim().is_empty() {
-        return Err(bad());
-    }
-    Ok(Duration::from_secs(secs))
+    humantime::parse_duration(text).map_err(|e| bad(e.to_string()))
 }
 
 /// Progress bar on a terminal; a status line every 30 s in a log file.
@@ -155,7 +137,7 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
         let report = collect::remeasure(&profile, &executor, &data_dir, n, args.seed, &mut progress)?;
         progress.bar.finish_and_clear();
         let path = data_dir.join(&profile.name).join("repeatability.json");
-        perfmodel::error::write_atomic(&path, serde_json::to_string_pretty(&report)?.as_bytes())?;
+        perfmodel::fsio::write_atomic(&path, serde_json::to_string_pretty(&report)?.as_bytes())?;
         println!(
             "re-measured {} samples of '{}' in a fresh process: relative latency difference median {:.1}%, \
              90th percentile {:.1}%; median new/stored ratio {:.2} (details: {})",

@@ -1,7 +1,7 @@
 //! `perfmodel estimate`: latency, energy and memory of a network on a device, per layer and in total.
 
 use perfmodel::estimate::request::{trained_here_note, Opened, Request};
-use perfmodel::estimate::{report, Estimator, Method};
+use perfmodel::estimate::{render, Estimator, Method};
 use perfmodel::Dirs;
 use perfmodel::Network;
 use std::path::PathBuf;
@@ -149,13 +149,13 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
         );
     }
     if let Some(path) = &args.plot {
-        report::plot(&estimate, path)?;
+        render::plot(&estimate, path)?;
     }
     match args.format {
-        Format::Table => print!("{}", report::table(&estimate)),
+        Format::Table => print!("{}", render::table(&estimate)),
         Format::Json => println!("{}", serde_json::to_string_pretty(&estimate)?),
         Format::Csv => {
-            print!("{}", report::csv(&estimate)?);
+            print!("{}", render::csv(&estimate)?);
             for note in &estimate.notes {
                 eprintln!("warning: {note}");
             }

@@ -1,6 +1,6 @@
 //! `perfmodel import-onnx`: convert an ONNX model to net.json.
 
-use perfmodel::error::write_atomic;
+use perfmodel::fsio::write_atomic;
 use perfmodel::onnx::import_onnx;
 use std::path::PathBuf;
 

@@ -52,7 +52,7 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(args.interval_ms));
     }
     readings.sort_by(f64::total_cmp);
-    let q = |p: f64| perfmodel::collect::stats::quantile_sorted(&readings, p);
+    let q = |p: f64| perfmodel::stats::quantile_sorted(&readings, p);
     println!(
         "speed probe on '{}': {} readings, median {:.3} ms (10th-90th percentile {:.3}-{:.3} ms)",
         profile.name,

@@ -3,7 +3,7 @@
 use super::estimate::EstimatorArgs;
 use perfmodel::collect::speed::MIN_ROUNDS_NEAR_NOMINAL;
 use perfmodel::engine::RoundPlan;
-use perfmodel::estimate::validate::{validate, BenchOptions};
+use perfmodel::estimate::validation::{validate, BenchOptions};
 use perfmodel::Dirs;
 use perfmodel::Network;
 use std::path::PathBuf;

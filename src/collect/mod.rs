@@ -12,7 +12,6 @@ pub mod quick;
 pub mod runner;
 pub mod sensors;
 pub mod speed;
-pub mod stats;
 
 pub use alloc::CountingAlloc;
 pub use profile::{DeviceProfile, Protocol, SensorSpec};

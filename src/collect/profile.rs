@@ -3,7 +3,8 @@
 //! description that is stored next to the data, so a dataset can always be traced to what produced it.
 
 use crate::device::Fingerprint;
-use crate::error::{write_atomic, Error, Result};
+use crate::error::{Error, Result};
+use crate::fsio::write_atomic;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

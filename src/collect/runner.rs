@@ -10,11 +10,12 @@ use super::alloc;
 use super::profile::DeviceProfile;
 use super::sensors::{available_power_sensors, MemorySensor, Sensor};
 use super::speed::{median_reading, SpeedProbe, PROBE_MAX_AGE};
-use super::stats::{quantile_sorted, spread};
 use crate::data::{self, Sample, SampleWriter, Status};
 use crate::engine::{Executor, Workload};
-use crate::error::{write_atomic, Error, Result};
+use crate::error::{Error, Result};
+use crate::fsio::write_atomic;
 use crate::layer::{LayerConfig, LayerType};
+use crate::stats::{median, quantile_sorted, spread};
 use rand::seq::IndexedRandom;
 use rand::SeedableRng;
 use std::collections::{BTreeMap, HashSet, VecDeque};
@@ -327,7 +328,7 @@ impl<'a> Meter<'a> {
     /// Timed rounds over the given units, interleaved: round by round, config by config. With the speed probe,
     /// each config's repetitions of a round are bracketed by probe readings (a reading younger than
     /// [`PROBE_MAX_AGE`] is reused, so fast configs share them), and each timing is paired with their mean
-    /// (`Unit::probe_ms`): on this VM the speed switches within a second, so a reading per group would describe
+    /// (`Unit::probe_ms`): on a shared VM the speed switches within a second, so a reading per group would describe
     /// other moments than most of its timings.
     fn timed_rounds(&mut self, units: &mut [Unit], which: &[usize]) {
         let rounds = self.profile.protocol.rounds;
@@ -757,10 +758,6 @@ pub fn remeasure(
             }
         }
     }
-    let median_of = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        (!v.is_empty()).then(|| quantile_sorted(&v, 0.5))
-    };
     let mut rel: Vec<f64> = samples.iter().map(|s| s.relative_difference).collect();
     rel.sort_by(f64::total_cmp);
     let mut ratios: Vec<f64> = samples.iter().map(|s| s.new_ms / s.stored_ms).collect();
@@ -772,8 +769,10 @@ pub fn remeasure(
         median_relative_difference: quantile_sorted(&rel, 0.5),
         p90_relative_difference: quantile_sorted(&rel, 0.9),
         median_ratio: quantile_sorted(&ratios, 0.5),
-        median_relative_difference_at_probe_speed: median_of(probed.iter().map(|(a, b)| (b - a).abs() / a).collect()),
-        median_ratio_at_probe_speed: median_of(probed.iter().map(|(a, b)| b / a).collect()),
+        median_relative_difference_at_probe_speed: median(
+            &probed.iter().map(|(a, b)| (b - a).abs() / a).collect::<Vec<_>>(),
+        ),
+        median_ratio_at_probe_speed: median(&probed.iter().map(|(a, b)| b / a).collect::<Vec<_>>()),
         probed_samples: probed.len(),
         load_average: (load_before, load_average()),
     })

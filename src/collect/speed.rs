@@ -1,34 +1,34 @@
 //! The machine-speed probe: one fixed convolution, timed next to the measurements, so that latencies taken in
 //! different minutes can be compared.
 //!
-//! Why: the speed of this project's development machine (a 2-vCPU KVM guest whose cores are shared) swings by
+//! Why: the speed of a shared machine (a 2-vCPU KVM guest whose cores are shared, say) swings by
 //! 1.4x within a minute: the same network measured 278 ms and, a minute later, 201 ms. A dataset collected over
 //! an hour mixes such spells into its targets (stored samples re-measured later differ by a median 16.5%), and a
 //! validation run lands in one of them. Re-measuring a few stored samples next to the runs helps less than it
 //! seems, because each stored time carries its own spell. A fixed workload timed next to every sample gives both
 //! sides one yardstick: the collector records it with every row (`speed_ref_ms`), training learns latency at the
 //! collection's median probe time (the *nominal* speed), and `validate`/`calibrate` time the same probe between
-//! their rounds. A drift experiment on this machine (2026-11-22) found that dividing by an adjacent compute-bound
+//! their rounds. A drift experiment on a shared VM found that dividing by an adjacent compute-bound
 //! reference halves the noise of compute-bound convolutions (robust CV 14.7% -> 6.3%), which is where networks
 //! spend their time; memory-bound layers do not follow it, so the probe is a correction for compute, not a
 //! universal clock.
 
-use super::stats::quantile_sorted;
 use crate::cpu_clock::time_both;
 use crate::engine::{Executor, Workload};
 use crate::error::{Error, Result};
 use crate::layer::{LayerConfig, LayerType};
+use crate::stats::quantile_sorted;
 use std::time::{Duration, Instant};
 
 /// The probe: a 3x3 convolution, 128 -> 128 channels on 14x14, batch 1 (58 MFLOP, about 2 ms with tract on one
-/// core of the development machine). Its weights (576 KiB) fit in L2, so it measures the core's speed rather than
+/// x86 server core). Its weights (576 KiB) fit in L2, so it measures the core's speed rather than
 /// a cache regime of the engine.
 pub const PROBE_CONFIG: &str = r#"{"activation":"relu","batch_size":1,"dilation":[1,1],"filters":128,"groups":1,"input_shapes":[[128,14,14]],"kernel":[3,3],"padding":"same","strides":[1,1],"type":"conv2d","use_bias":true}"#;
 
 /// How long a speed-probe reading stands for the machine's speed: at most one reading per this interval. It
 /// keeps the probe's share of a collection of fast layers to a few percent, and it keeps the probe away from
 /// most runs of a small network: run right before them, it slowed mnist_cnn (2 ms) by a fifth, even with an
-/// untimed run of the network in between (2026-11-22).
+/// untimed run of the network in between.
 pub const PROBE_MAX_AGE: Duration = Duration::from_millis(250);
 
 /// Timed runs per reading; the reading is their median.
@@ -123,7 +123,7 @@ pub fn median_reading(readings: &[f64]) -> Option<f64> {
 
 /// How far a probe-following layer's time moves with the probe's: a layer runs `(probe / nominal)^e` times its
 /// nominal time. Fitted on the 111 stored samples of `local` re-measured with probe readings on both sides
-/// (`data/local/repeatability.json`, 2026-11-22 14:08 UTC): the slope of log(new / stored time) on log(new /
+/// (`data/local/repeatability.json`): the slope of log(new / stored time) on log(new /
 /// stored probe reading) is 0.65 over all of them and 0.70 for conv2d (72 samples), and the median absolute
 /// log difference after the correction is 0.099 at e = 0.7 against 0.116 at e = 1 and 0.177 uncorrected.
 /// Layers slow less than the compute-bound probe: part of their time goes to memory traffic and overhead.
@@ -142,11 +142,11 @@ pub fn at_nominal_speed(latency_ms: f64, probe_ms: f64, nominal_ms: f64) -> f64 
 /// Whether a layer type's latency follows the probe, i.e. moves with the machine's speed as the probe does.
 /// Only these are brought to nominal speed in training, and only their share of a network's predicted time is
 /// corrected when a whole-network run is compared with an estimate. Measured: 159 stored samples of `local`
-/// re-measured in a fresh process (2026-11-22 14:08 UTC, `collect --remeasure 160 --seed 11`) differed from
+/// re-measured in a fresh process (`collect --remeasure 160 --seed 11`) differed from
 /// their stored time by a median of 27.6% raw and 12.5% divided by their probe readings for conv2d (72
 /// samples), 17.1% and 8.9% for avg_pool2d (10), 11.7% and 9.9% for dense (14), 11.2% and 10.2% for depthwise
 /// (14). Max pooling is the same sliding-window kernel as average pooling. The cheap element-wise, normalisation
-/// and shape layers do not follow it: 120 of their samples re-measured the same way (14:29 UTC, seed 12)
+/// and shape layers do not follow it: 120 of their samples re-measured the same way (seed 12)
 /// differed by a median 10.8% raw and 15.2% divided by their probe readings.
 pub fn follows_probe(layer_type: LayerType) -> bool {
     matches!(
@@ -176,7 +176,7 @@ pub fn rounds_near_nominal(round_probe_ms: &[f64], nominal_ms: f64) -> Vec<usize
 /// machine was then measured at the speed the estimate is for, and the correction is small. Far from nominal
 /// one elasticity does not describe every network: in runs at 0.66-0.71x the nominal probe time the convolution
 /// networks came out 18-26% faster than it predicts, at 1.07-1.15x within 7%. Medians rather than each round
-/// divided by its own readings: a round of a large network (yolo: 0.3 s) spans several of this VM's speed
+/// divided by its own readings: a round of a large network (yolo: 0.3 s) spans several of a shared VM's speed
 /// switches, which a probe reading of 6 ms next to it does not see, so round-by-round division added noise (at
 /// a median probe of 0.98x nominal, a yolo whose median round was 271 ms came out at 312 ms). `None` without
 /// rounds or readings.

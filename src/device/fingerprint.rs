@@ -3,7 +3,7 @@
 //! blocked by, and the number of logical CPUs.
 //!
 //! Why: a device's data and models describe the machine that measured them, and nothing in a timing says which
-//! machine that was. A development VM that moves between an Intel and two AMD hosts, or an x86 laptop asked to
+//! machine that was. A VM that moves between hosts of different makers, or an x86 laptop asked to
 //! collect for a Raspberry Pi, would otherwise store one machine's timings under another's name. Every profile
 //! records the fingerprint of its machine, and commands that measure for a device compare it with this host's.
 //!

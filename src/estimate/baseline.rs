@@ -7,10 +7,11 @@
 
 use crate::data::{self, Sample};
 use crate::error::{Error, Result};
-use crate::estimate::memory::{BYTES_PER_ELEMENT, MIB};
+use crate::estimate::memory::BYTES_PER_ELEMENT;
 use crate::layer::{LayerCost, LayerType};
 use crate::metric::Metric;
 use crate::train::model::{Knn, Standardizer};
+use crate::units::MIB;
 use std::collections::BTreeMap;
 use std::path::Path;
 

@@ -43,9 +43,6 @@ use crate::network::Source;
 /// Every tensor is f32.
 pub const BYTES_PER_ELEMENT: u64 = 4;
 
-/// Bytes per MiB.
-pub const MIB: f64 = 1024.0 * 1024.0;
-
 /// One layer as the liveness walk sees it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Step {

@@ -5,13 +5,14 @@
 //! costs ([`super::Method`]), and the three metrics combine those answers in different ways (a sum, a sum of
 //! products, a liveness walk). Kept apart, a new engine changes the plan only and a new metric adds a pass.
 
-use super::memory::{self, Step, BYTES_PER_ELEMENT, MIB};
+use super::memory::{self, Step, BYTES_PER_ELEMENT};
 use super::structure::EngineStructure;
 use super::{layer_error, Calibration, Correction, Estimator, LayerEstimate, Totals, Uncovered};
 use crate::engine::rules::{EngineRules, Fusion, Plan, Role, FUSED, FUSED_BATCH_NORM};
 use crate::error::Result;
 use crate::layer::{LayerConfig, LayerCost, LayerError, LayerType, Op, Shape};
 use crate::network::{Analysis, Network, Source};
+use crate::units::MIB;
 use serde::{Serialize, Serializer};
 use std::fmt;
 

@@ -9,7 +9,7 @@
 //! contains it (the per-layer memory models learn it as workspace, held only while the layer runs); in a
 //! network it is held by every layer at once. Uncounted, ShuffleNet's 194 nodes (0.72 MiB) put its peak 6% low,
 //! and NASNet-Mobile's 1,073 nodes (6.5 MiB) 19.5% low: a whole-network calibration by layer counts cannot
-//! follow that, because the bytes per layer differ by kind (on the Zen 5 host a grouped 1×1 convolution 17 KiB,
+//! follow that, because the bytes per layer differ by kind (on one x86 machine a grouped 1×1 convolution 17 KiB,
 //! a depthwise one 9.6, a ReLU of its own 2.5, a ReLU that tract chains after a batch norm 0.7).
 //!
 //! So the bytes per layer are measured on the device, by kind ([`kind_of`]: how tract lowers the layer), with
@@ -217,7 +217,7 @@ pub fn measure(probes: &[Probe], executor: &TractExecutor, estimator: &Estimator
         let counted_mib = counted(&probe.with)? - counted(&probe.without)?;
         let layers = (PROBE_UNITS * probe.per_unit) as f64;
         let engine_bytes = with as f64 - without as f64;
-        samples.entry(probe.kind).or_default().push((engine_bytes - counted_mib * super::memory::MIB) / layers);
+        samples.entry(probe.kind).or_default().push((engine_bytes - counted_mib * crate::units::MIB) / layers);
     }
     let bytes_per_layer = samples
         .into_iter()
@@ -318,7 +318,7 @@ mod tests {
             let counted = resident(&plain, &probe.with) - resident(&plain, &probe.without);
             let with_structure = resident(&measured, &probe.with) - resident(&measured, &probe.without);
             let layers = (PROBE_UNITS * probe.per_unit) as f64;
-            let per_layer = (with_structure - counted) * crate::estimate::memory::MIB / layers;
+            let per_layer = (with_structure - counted) * crate::units::MIB / layers;
             assert!((per_layer - table.bytes(probe.kind)).abs() < 1.0, "{}: {per_layer} bytes per layer", probe.kind);
         }
     }
@@ -370,12 +370,12 @@ mod tests {
         assert!(layer(&b, "cat").predictor.to_string().starts_with("fused:"), "{b:?}");
         // e1, e3, the squeeze twice (two parts), its folded batch norm and fused ReLU, the depthwise, its batch
         // norm, the ReLU chained after it; no concat.
-        let extra = kib(1.0 + 2.0 + 2.0 * 1.0 + 4.0 + 8.0 + 16.0 + 32.0 + 64.0) / crate::estimate::memory::MIB;
+        let extra = kib(1.0 + 2.0 + 2.0 * 1.0 + 4.0 + 8.0 + 16.0 + 32.0 + 64.0) / crate::units::MIB;
         let resident = a.total.resident_memory_mib - b.total.resident_memory_mib;
         assert!((resident - extra).abs() < 1e-9, "{resident} MiB more resident, expected {extra}");
         // While the squeeze runs, its own structure (what it held measured alone) is no longer workspace.
         let squeeze = layer(&a, "squeeze").in_use_mib.unwrap() - layer(&b, "squeeze").in_use_mib.unwrap();
-        let alone = kib(1.0) / crate::estimate::memory::MIB;
+        let alone = kib(1.0) / crate::units::MIB;
         assert!((squeeze - (extra - alone)).abs() < 1e-9, "{squeeze} MiB more at the squeeze");
         // The layer's own memory is what it holds alone, structure included, as before.
         assert!((layer(&a, "squeeze").memory_mib - layer(&b, "squeeze").memory_mib).abs() < 1e-9);

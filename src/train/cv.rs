@@ -3,7 +3,7 @@
 //! wins and is refitted on all rows.
 
 use crate::error::{Error, Result};
-use crate::train::fit::{DecisionTree, Estimator, ExtraTrees, GradientBoosting, LinearRegressor, NearestNeighbors};
+use crate::train::fit::{DecisionTree, ExtraTrees, GradientBoosting, LinearRegressor, NearestNeighbors, Regressor};
 use crate::train::model::{log_feature, unit_count, EngineFeatures, KnownPart, Predictor, TransferMode, MIN_PRIOR};
 use crate::train::store::Scores;
 use rand::seq::SliceRandom;
@@ -79,7 +79,7 @@ impl SelectBy {
 /// whether it learns only what a [`KnownPart`] of the target leaves over.
 #[derive(Debug, Clone)]
 pub struct Candidate {
-    pub estimator: Arc<dyn Estimator>,
+    pub estimator: Arc<dyn Regressor>,
     pub log_features: bool,
     pub log_target: bool,
     pub known: Option<KnownPart>,
@@ -112,7 +112,7 @@ fn suffix(log_features: bool, log_target: bool) -> &'static str {
 impl Candidate {
     /// `estimator` on the layer's features alone (log-transformed when `log_features`), fitted on the whole
     /// target (its log when `log_target`); the `with_*` builders add the rest.
-    pub fn new(estimator: Arc<dyn Estimator>, log_features: bool, log_target: bool) -> Candidate {
+    pub fn new(estimator: Arc<dyn Regressor>, log_features: bool, log_target: bool) -> Candidate {
         Candidate {
             estimator,
             log_features,
@@ -280,9 +280,9 @@ pub fn default_candidates(seed: u64) -> Vec<Candidate> {
     let ert = ExtraTrees::default().with_n_trees(16).with_seed(seed);
     let both = [false, true];
     let raw = [false];
-    let estimators: Vec<(Arc<dyn Estimator>, &[bool])> = vec![
+    let estimators: Vec<(Arc<dyn Regressor>, &[bool])> = vec![
         // Fully grown random trees vary a lot one from the next: with 16 of them, retraining zen5's conv2d
-        // latency model with seeds 1-3 moved a holdout layer's prediction over 0.31-0.39 ms (2026-11-23).
+        // latency model with seeds 1-3 moved a holdout layer's prediction over 0.31-0.39 ms.
         (Arc::new(ert.clone().with_n_trees(ERT_TREES).with_min_samples_leaf(1)), &both),
         (Arc::new(ert.with_min_samples_leaf(4)), &both),
         (

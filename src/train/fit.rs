@@ -4,7 +4,7 @@
 //! kNN is written here: smartcore's query scans with a generic distance per row (~2 ms per query measured),
 //! while the stored form needs to answer in microseconds, and fitting a kNN is only standardising and copying.
 //!
-//! Estimators follow the smartcore/linfa style: a parameter struct with `Default` and `with_*` builders, and
+//! Regressors follow the smartcore/linfa style: a parameter struct with `Default` and `with_*` builders, and
 //! `fit(x, y)`.
 
 use crate::error::{Error, Result};
@@ -34,7 +34,7 @@ fn check_shapes(x: &[Vec<f64>], y: &[f64]) -> Result<()> {
 }
 
 /// A way of fitting a [`Model`] to rows `x` and targets `y`.
-pub trait Estimator: std::fmt::Debug + Send + Sync {
+pub trait Regressor: std::fmt::Debug + Send + Sync {
     /// Method family: `ert`, `xgb`, `tree`, `knn` or `linear`.
     fn method(&self) -> &'static str;
     /// Method with its hyperparameters, for reports (e.g. `ert(trees=48,min_leaf=2)`).
@@ -82,7 +82,7 @@ impl ExtraTrees {
     }
 }
 
-impl Estimator for ExtraTrees {
+impl Regressor for ExtraTrees {
     fn method(&self) -> &'static str {
         "ert"
     }
@@ -140,7 +140,7 @@ impl DecisionTree {
     }
 }
 
-impl Estimator for DecisionTree {
+impl Regressor for DecisionTree {
     fn method(&self) -> &'static str {
         "tree"
     }
@@ -221,7 +221,7 @@ impl GradientBoosting {
     }
 }
 
-impl Estimator for GradientBoosting {
+impl Regressor for GradientBoosting {
     fn method(&self) -> &'static str {
         "xgb"
     }
@@ -285,7 +285,7 @@ fn varying_columns(x: &[Vec<f64>]) -> Vec<usize> {
     (0..d).filter(|&c| x.iter().any(|r| r[c] != x[0][c])).collect()
 }
 
-impl Estimator for NearestNeighbors {
+impl Regressor for NearestNeighbors {
     fn method(&self) -> &'static str {
         "knn"
     }
@@ -314,7 +314,7 @@ impl Estimator for NearestNeighbors {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LinearRegressor {}
 
-impl Estimator for LinearRegressor {
+impl Regressor for LinearRegressor {
     fn method(&self) -> &'static str {
         "linear"
     }
@@ -452,7 +452,7 @@ mod tests {
         (0..n).map(|_| (0..3).map(|_| rng.random_range(1.0..10.0)).collect()).collect()
     }
 
-    fn held_out_mape(estimator: &dyn Estimator, f: impl Fn(&[f64]) -> f64) -> f64 {
+    fn held_out_mape(estimator: &dyn Regressor, f: impl Fn(&[f64]) -> f64) -> f64 {
         let train = rows(1500, 1);
         let test = rows(300, 2);
         let y: Vec<f64> = train.iter().map(|r| f(r)).collect();

@@ -407,8 +407,7 @@ impl EngineFeatures {
     }
 }
 
-/// Bytes per MiB.
-const MIB: f64 = 1024.0 * 1024.0;
+use crate::units::MIB;
 
 impl KnownPart {
     /// The f32 inputs, weights and outputs of a layer in MiB, from the features named `input_elems`,

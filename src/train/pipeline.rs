@@ -323,7 +323,7 @@ pub const TRANSFER_MARGIN: f64 = 0.02;
 
 /// The chosen candidate, unless it builds on another device's model and the best from scratch is within
 /// [`TRANSFER_MARGIN`] of it: then that one. A transferred model carries its source's extrapolations to layers
-/// no row of this device resembles (on the Intel host, a source's depthwise model put PyTorch's padded stride-2
+/// no row of this device resembles (on one machine, a source's depthwise model put PyTorch's padded stride-2
 /// depthwise convolutions at 3x their time, and memory models tied at 0.00% CV MAPE were transfers); it is
 /// worth that risk only where it is measurably better on this device's own rows.
 fn prefer_scratch_on_ties(candidates: &[Candidate], evaluations: &[Evaluation], best: usize, by: SelectBy) -> usize {
@@ -522,9 +522,9 @@ pub fn candidates_for(
         HostEngine::Off | HostEngine::Layouts => None,
     };
     // What a layer's time is tried per: a FLOP for the products, an input element for the memory-bound sliding
-    // windows and element-wise layers. On the Zen 5 host a 2x2 stride-2 max pooling took 3.1-3.6 ns per input
+    // windows and element-wise layers. On one x86 machine a 2x2 stride-2 max pooling took 3.1-3.6 ns per input
     // element from 0.15 to 67 MiB of input, where the latency itself spans three decades: trees learn that
-    // almost flat rate far better, and it extends to images larger than the training data's (2026-11-23).
+    // almost flat rate far better, and it extends to images larger than the training data's.
     let unit = match layer_type {
         LayerType::Conv2d | LayerType::DepthwiseConv2d | LayerType::Dense => Some("flops"),
         LayerType::MaxPool2d | LayerType::AvgPool2d | LayerType::Activation | LayerType::BatchNorm => {

@@ -2,7 +2,8 @@
 //! scores, the chosen one, removed outliers, learning curves, store size and prediction speed) and
 //! predicted-vs-measured scatter plots per (layer type, metric) in PNG and SVG.
 
-use crate::error::{write_atomic, Error, Result};
+use crate::error::{Error, Result};
+use crate::fsio::write_atomic;
 use crate::layer::LayerType;
 use crate::metric::Metric;
 use crate::train::pipeline::{TrainRun, TripletResult};

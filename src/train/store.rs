@@ -5,7 +5,8 @@
 //! and the manifest carries each file's SHA-256; [`ModelStore::open`] checks all of them and fails with
 //! [`Error::Model`] naming the file instead of predicting something wrong.
 
-use crate::error::{write_atomic, Error, Result};
+use crate::error::{Error, Result};
+use crate::fsio::write_atomic;
 use crate::layer::LayerType;
 use crate::metric::Metric;
 use crate::train::model::Predictor;

@@ -1,11 +1,11 @@
 //! The model zoo: the architectures people deploy, written as builder code (not hand-typed JSON) so they can be
 //! checked against their published parameter counts and regenerated. Sampling draws representative layer
 //! configs from [`architectures`]; [`holdout`] networks are never sampled, so whole-network estimates on them
-//! are an honest test of generalisation. [`calibration`] networks fill the gaps in whole-network calibration and
+//! are an honest test of generalisation. [`calibration_nets`] networks fill the gaps in whole-network calibration and
 //! are never sampled either.
 
 pub mod builder;
-mod calibration;
+mod calibration_nets;
 mod densenet;
 mod efficientnet;
 mod holdout;
@@ -17,7 +17,8 @@ mod resnet;
 mod squeezenet;
 mod vgg;
 
-use crate::error::{write_atomic, Result};
+use crate::error::Result;
+use crate::fsio::write_atomic;
 use crate::network::Network;
 use std::path::{Path, PathBuf};
 
@@ -78,19 +79,19 @@ pub fn holdout() -> Vec<ZooEntry> {
 }
 
 /// Networks only `calibrate` runs (besides the architectures): small networks with dense layers larger than a
-/// core's cache, see [`calibration`](self::calibration). Never sampled, never validated on.
+/// core's cache, see [`calibration_nets`]. Never sampled, never validated on.
 pub fn calibration() -> Vec<ZooEntry> {
     vec![
-        entry("dqn_2013", calibration::dqn_2013, calibration::DQN_2013_PARAMS),
-        entry("dqn_nature", calibration::dqn_nature, calibration::DQN_NATURE_PARAMS),
-        entry("cifar10_cnn", calibration::cifar10_cnn, calibration::CIFAR10_CNN_PARAMS),
-        entry("mlp_800", calibration::mlp_800, calibration::MLP_800_PARAMS),
-        entry("mlp_1200", calibration::mlp_1200, calibration::MLP_1200_PARAMS),
-        entry("ciresan_mlp", calibration::ciresan_mlp, calibration::CIRESAN_MLP_PARAMS),
+        entry("dqn_2013", calibration_nets::dqn_2013, calibration_nets::DQN_2013_PARAMS),
+        entry("dqn_nature", calibration_nets::dqn_nature, calibration_nets::DQN_NATURE_PARAMS),
+        entry("cifar10_cnn", calibration_nets::cifar10_cnn, calibration_nets::CIFAR10_CNN_PARAMS),
+        entry("mlp_800", calibration_nets::mlp_800, calibration_nets::MLP_800_PARAMS),
+        entry("mlp_1200", calibration_nets::mlp_1200, calibration_nets::MLP_1200_PARAMS),
+        entry("ciresan_mlp", calibration_nets::ciresan_mlp, calibration_nets::CIRESAN_MLP_PARAMS),
     ]
 }
 
-/// Subdirectory of the zoo that holds [`calibration`] networks.
+/// Subdirectory of the zoo that holds [`calibration_nets`] networks.
 pub const CALIBRATION_DIR: &str = "calibration";
 
 /// Write every architecture as `<dir>/<name>.json`, every holdout network as `<dir>/holdout/<name>.json` and

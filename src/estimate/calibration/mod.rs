@@ -15,7 +15,7 @@
 //!   networks with more than `dense_network_min_mib` MiB of f32 weights.
 //!   Looped alone, a dense layer finds its weights in cache on every run after the first; in a network the other
 //!   layers have evicted them, and a dense layer at a small batch does little but stream its weights. Measured
-//!   over the zoo on `local` (2026-11-23): the 4-8 MiB classifier heads of the ImageNet CNNs took 1.7-2.4x
+//!   over the zoo on one device (`local`): the 4-8 MiB classifier heads of the ImageNet CNNs took 1.7-2.4x
 //!   their predicted (alone) time inside the networks, the layers of 64 MiB and more about 1x (they miss the
 //!   cache looped alone as well). It is a hard limit: a layer above it gets no term, and when the largest size
 //!   measured took longer, the limit is that size. This term is fitted on the dense layers' own times in the
@@ -26,13 +26,13 @@
 //!   and only a network large enough to evict them from that too slows them down. The zoo's calibration-only
 //!   networks (`zoo/calibration/`: DQNs, a CIFAR-10 CNN, MNIST MLPs) have such layers in small networks: on
 //!   `local` those beyond L2 in networks of 2.6-9.1 MiB took 0.93-1.35x their alone time in the MLPs and
-//!   1.1-2.0x behind convolutions (two calibrations, 2026-11-23), while the 1-2 MiB layers (within L2) of
+//!   1.1-2.0x behind convolutions (two calibrations), while the 1-2 MiB layers (within L2) of
 //!   mnist_mlp, tabular_mlp and Ciresan's MLP took 2.1-3.3x theirs. The network size is
 //!   fitted ([`fit_dense_gate`]) when enough layers support it;
 //! - residual adds tract computes inside a convolution's matrix product ([`crate::engine::rules::Tract`]):
 //!   `+ residual_add_ms_per_mib · A` on that convolution, for an add output of `A` MiB. Looped alone, the
 //!   convolution never has such an add; in a network the product reads the other input while it stores, and
-//!   that input, made long before, comes from far away. On the Zen 5 host (2026-11-23) those convolutions of
+//!   that input, made long before, comes from far away. On one x86 machine (device `zen5`) those convolutions of
 //!   ResNet-50/101 v1 and v2 and Inception-ResNet v2 took 0.2-0.6 ms per MiB of add output beyond their predicted
 //!   time and the add's, 28-69% over the prediction in all, where their other 1×1 convolutions did not (-18% to
 //!   +3%). Fitted on those layers' own times in the runs (least squares through the origin of their extra
@@ -42,7 +42,7 @@
 //! - peak memory: `+ memory_fixed_mib`, or `+ memory_fixed_mib + memory_per_layer_mib · executing layers +
 //!   memory_per_weighted_layer_mib · weighted layers` when those terms predict each network better fitted on
 //!   the others (leave-one-out median |error|, [`fit_memory`]; the choice is `memory_terms`). Before the engine's
-//!   structure was measured they stood in for it: on the Zen 5 host they left the zoo at 0.68% left out, and
+//!   structure was measured they stood in for it: on device `zen5` they left the zoo at 0.68% left out, and
 //!   ShuffleNet, whose grouped convolutions hold more per layer than the zoo's, at -1.7%. With the structure
 //!   counted (and batch norms run per channel) the constant alone leaves 0.29% (the per-layer terms 0.49%), and
 //!   ShuffleNet -0.16%.
@@ -55,7 +55,8 @@ mod run;
 
 pub use run::{calibrate, zoo_networks, CalibrateOptions};
 
-use crate::error::{write_atomic, Error, Result};
+use crate::error::{Error, Result};
+use crate::fsio::write_atomic;
 use crate::layer::LayerType;
 use crate::train::store::Manifest;
 use serde::{Deserialize, Serialize};
@@ -75,7 +76,7 @@ pub const CALIBRATION_FORMAT: u32 = 4;
 /// per-layer structure measured and counted as resident, batch norms holding a scale and a shift with tract.
 pub const ESTIMATOR_RULES: u32 = 2;
 
-const MIB: f64 = 1024.0 * 1024.0;
+use crate::units::MIB;
 
 /// Fewest dense layers the dense-weights term is fitted on; with fewer it stays 0.
 pub const MIN_DENSE_LAYERS: usize = 4;

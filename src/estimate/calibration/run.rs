@@ -13,11 +13,12 @@ use crate::device::Fingerprint;
 use crate::dirs::Dirs;
 use crate::engine::{NetworkProfile, RoundPlan, TractExecutor};
 use crate::error::{Error, Result};
-use crate::estimate::memory::{BYTES_PER_ELEMENT, MIB};
-use crate::estimate::validate::{bench_with_speed_probe, nominal_probe_ms, NetworkError, Validation};
+use crate::estimate::memory::BYTES_PER_ELEMENT;
+use crate::estimate::validation::{bench_with_speed_probe, nominal_probe_ms, NetworkError, Validation};
 use crate::estimate::{structure, Estimate, Estimator, Method};
 use crate::layer::{LayerCost, LayerType};
 use crate::network::Network;
+use crate::units::MIB;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 

@@ -18,7 +18,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::time::Instant;
 
-const MIB: f64 = 1024.0 * 1024.0;
+use crate::stats::median;
+use crate::units::MIB;
 
 /// Rounds whose room is reserved up front (more grow as they run): an absurd round count is not an allocation.
 const PREALLOCATED_ROUNDS: usize = 1024;
@@ -94,9 +95,9 @@ pub fn profile_network(network: &Network, threads: usize, rounds: usize, warmup:
 /// A network's rounds within a turn follow each other as inference after inference does when it is deployed,
 /// with its weights and activations in the caches; a small network timed right after a large one (or after
 /// the speed probe) is not: interleaved round by round with the other holdout networks, mnist_cnn (2.0 ms on
-/// its own) measured 2.75-2.80 ms (2026-11-22). Several turns per network spread the machine's slow spells
+/// its own) measured 2.75-2.80 ms. Several turns per network spread the machine's slow spells
 /// over all networks instead of letting one land on whichever network runs in it (the same network's time
-/// moves by 1.5x within seconds on this VM). All networks are built first and stay in memory.
+/// moves by 1.5x within seconds on a shared VM). All networks are built first and stay in memory.
 pub fn profile_networks(
     networks: &[Network],
     executor: &TractExecutor,
@@ -194,8 +195,7 @@ pub fn profile_networks_observed(
                 // The instrumented run separates the timed run from whatever ran before it on this thread
                 // (another network, the side measurement): the timed run then sees the steady state a network
                 // run on its own (or deployed, inference after inference) sees. Timed right after the speed
-                // probe, mnist_cnn measured 2.2-2.7 ms against 2.0 ms without the probe (2026-11-22, 40 rounds
-                // each).
+                // probe, mnist_cnn measured 2.2-2.7 ms against 2.0 ms without the probe (40 rounds each).
                 observer.step(BenchStep { network, round, after: false })?;
                 bench.instrumented_run()?;
                 bench.timed_run()?;
@@ -357,7 +357,7 @@ impl<'a> NetworkBench<'a> {
             rounds: totals.len(),
             warmup: self.warmup,
             total: TotalProfile {
-                latency_ms: median(totals),
+                latency_ms: median(totals).unwrap_or(0.0),
                 latency_min_ms: totals.iter().copied().fold(f64::INFINITY, f64::min),
                 latency_max_ms: totals.iter().copied().fold(0.0, f64::max),
                 peak_memory_mib: self.memory.measured_bytes.unwrap_or(planned_bytes) as f64 / MIB,
@@ -378,11 +378,11 @@ impl<'a> NetworkBench<'a> {
                 .zip(&self.memory.layer_peak)
                 .map(|((l, samples), peak)| LayerProfile {
                     name: l.name.clone(),
-                    latency_ms: median(samples),
+                    latency_ms: median(samples).unwrap_or(0.0),
                     peak_memory_mib: peak.map(|b| b as f64 / MIB),
                 })
                 .collect(),
-            unattributed_ms: median(&mut self.unattributed),
+            unattributed_ms: median(&self.unattributed).unwrap_or(0.0),
             node_memory: std::mem::take(&mut self.memory.node_memory),
         })
     }
@@ -416,16 +416,6 @@ fn available_memory_bytes() -> Option<u64> {
     let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    match n {
-        0 => 0.0,
-        _ if n % 2 == 1 => values[n / 2],
-        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
 }
 
 /// Heap around every node one run evaluated, in order: (node id, live bytes before, highest while it ran, live

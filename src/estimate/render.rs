@@ -3,8 +3,9 @@
 //!
 //! Unknown values are shown as `-` (CSV: empty), never as 0, so a reader cannot mistake "no model" for "free".
 
-use crate::error::{write_atomic, Error, Result};
+use crate::error::{Error, Result};
 use crate::estimate::{Estimate, LayerEstimate};
+use crate::fsio::write_atomic;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::fmt::Write as _;

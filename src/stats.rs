@@ -1,3 +1,5 @@
+//! Statistics, in one place: robust summaries of timed repetitions, quantiles and medians.
+//!
 //! Robust summaries of timed repetitions. Medians and MADs rather than means, because a shared VM produces
 //! long-tailed timings; outliers are counted with Tukey's fences and reported, never silently dropped.
 
@@ -31,6 +33,11 @@ fn sorted(values: &[f64]) -> Vec<f64> {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
     v
+}
+
+/// Median (the mean of the middle two for an even count); `None` for no values.
+pub fn median(values: &[f64]) -> Option<f64> {
+    (!values.is_empty()).then(|| quantile_sorted(&sorted(values), 0.5))
 }
 
 /// Summary of repetitions; `None` for an empty slice.

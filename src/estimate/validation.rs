@@ -7,7 +7,6 @@ use crate::collect::speed::{
     follows_probe, median_reading as median_of, network_latency_at_nominal, rounds_near_nominal,
 };
 use crate::collect::speed::{SpeedProbe, MIN_ROUNDS_NEAR_NOMINAL, PROBE_MAX_AGE};
-use crate::collect::stats::quantile_sorted;
 use crate::device::Fingerprint;
 use crate::dirs::Dirs;
 use crate::engine::{profile_networks_observed, BenchObserver, BenchStep, NetworkProfile, RoundPlan, TractExecutor};
@@ -221,8 +220,8 @@ impl Validation {
         Validation {
             device: device.to_string(),
             method: method.to_string(),
-            median_abs_latency_error_pct: median(latency.clone()),
-            median_abs_memory_error_pct: median(memory.clone()),
+            median_abs_latency_error_pct: median(&latency),
+            median_abs_memory_error_pct: median(&memory),
             max_abs_latency_error_pct: max(&latency),
             max_abs_memory_error_pct: max(&memory),
             speed_probe: None,
@@ -253,8 +252,8 @@ impl Validation {
     /// catches reliably. The nominal is a wall-clock median of the collection, whose rows carried the stolen
     /// time of their moments; a CPU-clock round over a CPU-clock reading is the same ratio as on the wall clock
     /// when steal slows round and probe alike, so the result is in the models' units. (Correcting the whole of
-    /// mnist_cnn instead of its probe-following 85% moved its error at nominal from +0.2% to -6.3%,
-    /// 2026-11-22: the machine's speed states are not all stolen time.)
+    /// mnist_cnn instead of its probe-following 85% moved its error at nominal from +0.2% to -6.3%:
+    /// the machine's speed states are not all stolen time.)
     pub fn with_speed_probe(
         mut self,
         nominal_ms: f64,
@@ -317,7 +316,7 @@ impl Validation {
         }
         if errors.len() == count && count > 0 {
             self.max_abs_latency_error_at_nominal_pct = Some(errors.iter().copied().fold(0.0, f64::max));
-            self.median_abs_latency_error_at_nominal_pct = Some(median(errors));
+            self.median_abs_latency_error_at_nominal_pct = Some(median(&errors));
         }
         self
     }
@@ -485,9 +484,8 @@ pub fn nominal_probe_ms(estimator: &Estimator, log: &mut dyn FnMut(String)) -> O
 }
 
 /// Median (NaN for no values).
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    quantile_sorted(&v, 0.5)
+fn median(values: &[f64]) -> f64 {
+    crate::stats::median(values).unwrap_or(f64::NAN)
 }
 
 #[cfg(test)]

@@ -1,0 +1,5 @@
+//! Units perfmodel reports in, defined once: memory in MiB (binary megabytes, as allocators and `/proc` count),
+//! latency in milliseconds, energy in millijoules (ms × W).
+
+/// Bytes per MiB.
+pub const MIB: f64 = 1024.0 * 1024.0;
