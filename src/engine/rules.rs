@@ -159,7 +159,8 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
     }
 
     /// The structure kind of the activation a convolution or dense layer computes itself: a fused op when the
-    /// kernel applies it, a node of its own otherwise; `None` for a linear one.
+    /// kernel applies it ([`EngineRules::kernel_takes_epilogue`]), a node of its own otherwise (a softmax, a
+    /// swish; with tract, anything after a depthwise or grouped convolution); `None` for a linear one.
     fn own_activation_kind(&self, op: &Op) -> Option<&'static str> {
         let activation = match op {
             Op::Conv2d(c) => c.activation,
@@ -169,7 +170,7 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         };
         match activation {
             Activation::Linear => None,
-            a if fuses_into_kernel(a) => Some(FUSED),
+            a if self.kernel_takes_epilogue(op) && fuses_into_kernel(a) => Some(FUSED),
             _ => Some(LayerType::Activation.as_str()),
         }
     }

@@ -3,10 +3,10 @@
 //! A rule here is decided on the graph, not on the instruction set: the same rewrite happens on every machine
 //! tract runs on, so a device's models trained with tract take these rules wherever the estimate runs.
 
-use super::{fuses_into_kernel, EngineRules, FUSED};
+use super::{fuses_into_kernel, EngineRules};
 use crate::engine::packing::{conv_lowering, tract_plan_bytes, ConvLowering};
 use crate::estimate::memory::BYTES_PER_ELEMENT;
-use crate::layer::{Activation, LayerConfig, LayerCost, LayerType, Op};
+use crate::layer::{Activation, LayerConfig, LayerCost, Op};
 use crate::network::{Analysis, Network, Source};
 
 /// tract's rules.
@@ -180,21 +180,6 @@ impl EngineRules for Tract {
             Some(bytes) => (bytes, tract_plan_bytes(config)),
             None if matches!(config.op, Op::BatchNorm) => (cost.weight_elems / 2 * BYTES_PER_ELEMENT, 0),
             None => (cost.weight_elems * BYTES_PER_ELEMENT, 0),
-        }
-    }
-
-    /// After a depthwise or grouped convolution, an activation is a node of its own.
-    fn own_activation_kind(&self, op: &Op) -> Option<&'static str> {
-        let activation = match op {
-            Op::Conv2d(c) => c.activation,
-            Op::DepthwiseConv2d(d) => d.activation,
-            Op::Dense(d) => d.activation,
-            _ => return None,
-        };
-        match activation {
-            Activation::Linear => None,
-            a if one_product(op) && fuses_into_kernel(a) => Some(FUSED),
-            _ => Some(LayerType::Activation.as_str()),
         }
     }
 }
