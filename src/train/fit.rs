@@ -33,6 +33,22 @@ fn check_shapes(x: &[Vec<f64>], y: &[f64]) -> Result<()> {
     Ok(())
 }
 
+/// `with_*` builders that each set one parameter (the smartcore/linfa style):
+/// `with_setters!(T { with_x: x: usize })`.
+macro_rules! with_setters {
+    ($ty:ident { $($name:ident: $field:ident: $t:ty),* $(,)? }) => {
+        impl $ty {
+            $(
+                pub fn $name(mut self, value: $t) -> Self {
+                    self.$field = value;
+                    self
+                }
+            )*
+        }
+    };
+}
+pub(crate) use with_setters;
+
 /// A way of fitting a [`Model`] to rows `x` and targets `y`.
 pub trait Regressor: std::fmt::Debug + Send + Sync {
     /// Method family: `ert`, `xgb`, `tree`, `knn` or `linear`.
@@ -59,28 +75,13 @@ impl Default for ExtraTrees {
     }
 }
 
-impl ExtraTrees {
-    pub fn with_n_trees(mut self, n: usize) -> Self {
-        self.n_trees = n;
-        self
-    }
-    pub fn with_max_features(mut self, m: Option<usize>) -> Self {
-        self.max_features = m;
-        self
-    }
-    pub fn with_min_samples_leaf(mut self, n: usize) -> Self {
-        self.min_samples_leaf = n;
-        self
-    }
-    pub fn with_max_depth(mut self, depth: Option<u16>) -> Self {
-        self.max_depth = depth;
-        self
-    }
-    pub fn with_seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
-        self
-    }
-}
+with_setters!(ExtraTrees {
+    with_n_trees: n_trees: usize,
+    with_max_features: max_features: Option<usize>,
+    with_min_samples_leaf: min_samples_leaf: usize,
+    with_max_depth: max_depth: Option<u16>,
+    with_seed: seed: u64,
+});
 
 impl Regressor for ExtraTrees {
     fn method(&self) -> &'static str {
@@ -129,16 +130,10 @@ impl Default for DecisionTree {
     }
 }
 
-impl DecisionTree {
-    pub fn with_min_samples_leaf(mut self, n: usize) -> Self {
-        self.min_samples_leaf = n;
-        self
-    }
-    pub fn with_max_depth(mut self, depth: Option<u16>) -> Self {
-        self.max_depth = depth;
-        self
-    }
-}
+with_setters!(DecisionTree {
+    with_min_samples_leaf: min_samples_leaf: usize,
+    with_max_depth: max_depth: Option<u16>,
+});
 
 impl Regressor for DecisionTree {
     fn method(&self) -> &'static str {
@@ -190,36 +185,15 @@ impl Default for GradientBoosting {
     }
 }
 
-impl GradientBoosting {
-    pub fn with_n_estimators(mut self, n: usize) -> Self {
-        self.n_estimators = n;
-        self
-    }
-    pub fn with_learning_rate(mut self, rate: f64) -> Self {
-        self.learning_rate = rate;
-        self
-    }
-    pub fn with_max_depth(mut self, depth: u16) -> Self {
-        self.max_depth = depth;
-        self
-    }
-    pub fn with_min_child_weight(mut self, weight: usize) -> Self {
-        self.min_child_weight = weight;
-        self
-    }
-    pub fn with_lambda(mut self, lambda: f64) -> Self {
-        self.lambda = lambda;
-        self
-    }
-    pub fn with_subsample(mut self, fraction: f64) -> Self {
-        self.subsample = fraction;
-        self
-    }
-    pub fn with_seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
-        self
-    }
-}
+with_setters!(GradientBoosting {
+    with_n_estimators: n_estimators: usize,
+    with_learning_rate: learning_rate: f64,
+    with_max_depth: max_depth: u16,
+    with_min_child_weight: min_child_weight: usize,
+    with_lambda: lambda: f64,
+    with_subsample: subsample: f64,
+    with_seed: seed: u64,
+});
 
 impl Regressor for GradientBoosting {
     fn method(&self) -> &'static str {
@@ -268,16 +242,10 @@ impl Default for NearestNeighbors {
     }
 }
 
-impl NearestNeighbors {
-    pub fn with_k(mut self, k: usize) -> Self {
-        self.k = k;
-        self
-    }
-    pub fn with_distance_weighted(mut self, weighted: bool) -> Self {
-        self.distance_weighted = weighted;
-        self
-    }
-}
+with_setters!(NearestNeighbors {
+    with_k: k: usize,
+    with_distance_weighted: distance_weighted: bool,
+});
 
 /// Indices of the columns that vary in `x` (constant columns carry no information and only cost time).
 fn varying_columns(x: &[Vec<f64>]) -> Vec<usize> {

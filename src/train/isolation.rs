@@ -33,20 +33,13 @@ fn average_path(n: usize) -> f64 {
     }
 }
 
-impl IsolationForest {
-    pub fn with_n_trees(mut self, n: usize) -> Self {
-        self.n_trees = n;
-        self
-    }
-    pub fn with_sample_size(mut self, n: usize) -> Self {
-        self.sample_size = n;
-        self
-    }
-    pub fn with_seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
-        self
-    }
+crate::train::fit::with_setters!(IsolationForest {
+    with_n_trees: n_trees: usize,
+    with_sample_size: sample_size: usize,
+    with_seed: seed: u64,
+});
 
+impl IsolationForest {
     /// Anomaly score in (0, 1] per row: near 1 = easily isolated (anomalous), ≲ 0.5 = normal.
     pub fn scores(&self, rows: &[Vec<f64>]) -> Vec<f64> {
         let n = rows.len();
