@@ -113,7 +113,7 @@ fn bench(c: &mut Criterion) {
     let (dir, device) = models();
     let shipped = |name: &str| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(name);
     let (data, collectors) = (shipped("data"), shipped("collectors"));
-    let dirs = Dirs::default().with_models(&dir).with_data(data).with_collectors(collectors);
+    let dirs = Dirs::default().with_models(&dir).with_data(&data).with_collectors(&collectors);
     let open = || {
         Estimator::open_method("learned", &device, &dirs).unwrap_or_else(|e| {
             panic!("{e}\nthe estimate bench needs trained models: set PERFMODEL_MODELS / PERFMODEL_DEVICE")

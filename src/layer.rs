@@ -675,10 +675,8 @@ impl Op {
             }
             Op::ZeroPadding2d { padding } => at_most_max("padding", padding)?,
             Op::Cropping2d { cropping } => at_most_max("cropping", cropping)?,
-            Op::Dropout { rate } => {
-                if !(0.0..1.0).contains(rate) {
-                    return Err(LayerError::at("rate", format!("must be in [0, 1), got {rate}")));
-                }
+            Op::Dropout { rate } if !(0.0..1.0).contains(rate) => {
+                return Err(LayerError::at("rate", format!("must be in [0, 1), got {rate}")));
             }
             Op::Unsupported { output_shape, .. } => {
                 if output_shape.is_empty() || output_shape.contains(&0) {

@@ -39,7 +39,7 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
     let net = Network::load_with_batch(&args.net, args.batch.map(|b| b as usize))?;
     let collectors = &dirs.collectors;
     let threads = match &args.device {
-        Some(device) => DeviceProfile::load(&collectors, device)?.threads,
+        Some(device) => DeviceProfile::load(collectors, device)?.threads,
         None => 1,
     };
     let profile = profile_network(&net, threads, args.rounds as usize, args.warmup)

@@ -126,7 +126,7 @@ impl Observer for Progress {
 
 pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
     let (collectors_dir, data_dir) = (&dirs.collectors, dirs.data.clone());
-    let mut profile = DeviceProfile::load(&collectors_dir, &args.device)?;
+    let mut profile = DeviceProfile::load(collectors_dir, &args.device)?;
     let host = perfmodel::device::Fingerprint::of_host();
     // Refused before anything is built or written; an older profile gets this machine recorded below.
     let host_match = profile.check_host(host)?;

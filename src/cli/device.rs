@@ -46,7 +46,7 @@ fn run_init(args: InitArgs, dirs: &Dirs) -> anyhow::Result<()> {
         .with_executor(args.executor)
         .with_force(args.force);
     eprintln!("measuring this machine's roofline (a few seconds)...");
-    let done = init(&dir, &args.name, &options)?;
+    let done = init(dir, &args.name, &options)?;
     let p = &done.profile;
     println!("wrote {}", done.path.display());
     println!("  machine      {}", Fingerprint::of_host().summary());
@@ -71,7 +71,7 @@ fn run_fingerprint(_: FingerprintArgs, dirs: &Dirs) -> anyhow::Result<()> {
     print!("{}", toml::to_string(host)?);
     println!();
     println!("# {}", host.summary());
-    for p in DeviceProfile::list(&dir)? {
+    for p in DeviceProfile::list(dir)? {
         let verdict = p.machine_status(host);
         println!("# {:<12} {verdict}", p.name);
     }

@@ -11,7 +11,7 @@ pub struct Args {}
 
 pub fn run(_: Args, dirs: &Dirs) -> anyhow::Result<()> {
     let (dir, models_dir) = (&dirs.collectors, &dirs.models);
-    let profiles = DeviceProfile::list(&dir)?;
+    let profiles = DeviceProfile::list(dir)?;
     anyhow::ensure!(!profiles.is_empty(), "no device profiles (*.toml) in {}", dir.display());
     for p in profiles {
         println!("{}: {}", p.name, p.description);
@@ -29,10 +29,8 @@ pub fn run(_: Args, dirs: &Dirs) -> anyhow::Result<()> {
             roofline(p.peak_gflops, "GFLOP/s"),
             roofline(p.memory_bandwidth_gbs, "GB/s")
         );
-        let models = match ModelStore::open(&models_dir, &p.name) {
-            Err(_)
-                if matches!(perfmodel::train::store::manifest_path(&models_dir, &p.name).try_exists(), Ok(false)) =>
-            {
+        let models = match ModelStore::open(models_dir, &p.name) {
+            Err(_) if matches!(perfmodel::train::store::manifest_path(models_dir, &p.name).try_exists(), Ok(false)) => {
                 format!("none (perfmodel collect/train --device {})", p.name)
             }
             Err(e) => format!("unusable: {e}"),

@@ -109,7 +109,7 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
     // The engine is asked here, so only for a device whose profile records no other machine than this one.
     let collectors = &dirs.collectors;
     let host = perfmodel::device::Fingerprint::of_host();
-    options.host_engine = match perfmodel::collect::profile::DeviceProfile::load(&collectors, &args.device) {
+    options.host_engine = match perfmodel::collect::profile::DeviceProfile::load(collectors, &args.device) {
         Ok(p) if p.check_host(host).is_err() => {
             eprintln!(
                 "device '{}' was measured on another machine: its models are trained without this machine's \
@@ -144,7 +144,7 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
                 "--transfer-from: '{source}' is the device being trained (its models are about to be replaced)"
             )));
         }
-        let store = perfmodel::train::ModelStore::open(&models_dir, source)?;
+        let store = perfmodel::train::ModelStore::open(models_dir, source)?;
         options.transfer_from.push(std::sync::Arc::new(store));
     }
     let bar = ProgressBar::new(0);
@@ -159,14 +159,14 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
             bar.set_message(what.to_string());
         }
     };
-    let run = pipeline::train_device(&data_dir, &models_dir, &args.device, &options, &mut progress)?;
+    let run = pipeline::train_device(data_dir, models_dir, &args.device, &options, &mut progress)?;
     bar.finish_and_clear();
-    let bench = report::bench_store(&models_dir, &args.device, &run.results)?;
+    let bench = report::bench_store(models_dir, &args.device, &run.results)?;
     let options_line = format!(
         "{} folds, seed {}, selected by {}, contamination {}",
         options.folds, options.seed, args.select_by, options.contamination
     );
-    report::write_report(&models_dir, &run, &bench, &options_line)?;
+    report::write_report(models_dir, &run, &bench, &options_line)?;
 
     println!(
         "{:<18} {:<8} {:<30} {:>10} {:>8} {:>8} {:>8} {:>8}",
