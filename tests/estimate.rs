@@ -303,6 +303,26 @@ fn missing_models_are_a_clear_error() {
 }
 
 #[test]
+fn the_directories_are_the_same_before_or_after_the_command() {
+    let dir = setup(TINY);
+    tiny_store(&dir.path().join("models"));
+    let after = {
+        let mut args = vec!["estimate", "net.json", "--device", "dev", "--format", "json"];
+        args.extend(DIRS);
+        json_of(&perfmodel(dir.path(), &args))
+    };
+    let mut args = DIRS.to_vec();
+    args.extend(["estimate", "net.json", "--device", "dev", "--format", "json"]);
+    let before = json_of(&perfmodel(dir.path(), &args));
+    assert_eq!(before, after);
+    assert_eq!(before["layers"][0]["predictor"], "const");
+    // Every command takes them, and a directory named wrong is the one the error names.
+    let out = perfmodel(dir.path(), &["--models-dir", "elsewhere", "estimate", "net.json", "--device", "dev"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("elsewhere"), "{out:?}");
+}
+
+#[test]
 fn outliers_from_a_measured_file_are_ranked_by_saving() {
     let dir = setup(TINY);
     tiny_store(&dir.path().join("models"));
