@@ -340,3 +340,45 @@ fn hostile_models_are_clear_errors() {
     let pool_kernel = vec![ints("kernel_shape", vec![huge, huge]), ceil];
     check("pool_kernel.onnx", with_attrs("pool", pool_kernel), &["node 'pool' (MaxPool)", "'kernel_shape'"]);
 }
+
+/// The layers of a network without their names, inputs and biases (an exporter may fold an untrained batch
+/// norm's zero shift away), as JSON.
+fn layer_ops(net: &Network) -> Vec<serde_json::Value> {
+    net.to_json()["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            let mut l = l.clone();
+            for key in ["name", "inputs", "use_bias"] {
+                l.as_object_mut().unwrap().remove(key);
+            }
+            l
+        })
+        .collect()
+}
+
+#[test]
+fn both_pytorch_exporters_import_to_the_same_network() {
+    // tests/data/torch/make_fixtures.py: a squeeze-excite block (a mean over H and W kept 1x1), torch.cat of a
+    // single tensor and a mean over H and W before the classifier, written by the TorchScript exporter (opset
+    // 13) and by the newer one (opset 18, axes as inputs, weights in NAME.onnx.data beside the model).
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch");
+    let script = Network::load(data.join("tiny_se_torchscript.onnx")).unwrap();
+    let dynamo = Network::load(data.join("tiny_se_dynamo.onnx")).unwrap();
+    assert_eq!(layer_ops(&script), layer_ops(&dynamo));
+    let types: Vec<&str> = script.layers.iter().map(|l| l.op.layer_type().as_str()).collect();
+    assert_eq!(
+        types,
+        ["conv2d", "global_avg_pool2d", "reshape", "conv2d", "conv2d", "multiply", "global_avg_pool2d", "dense"]
+    );
+    // Run from another directory: the weights are found beside the model, not beside the caller.
+    let dir = tempfile::tempdir().unwrap();
+    let out = perfmodel(dir.path(), &["inspect", data.join("tiny_se_dynamo.onnx").to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Without its weights file the model is refused, naming it.
+    std::fs::copy(data.join("tiny_se_dynamo.onnx"), dir.path().join("alone.onnx")).unwrap();
+    let out = perfmodel(dir.path(), &["inspect", "alone.onnx"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("alone.onnx"), "{}", stderr(&out));
+}

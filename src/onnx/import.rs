@@ -18,6 +18,11 @@
 //!   by a `<name>/keepdims` reshape to `[C, 1, 1]`.
 //! - A node perfmodel cannot map is never dropped: the import fails listing every such node by name and op
 //!   type, or, when unsupported ops are allowed, keeps it as an `unsupported` layer with tract's output shape.
+//! - A mean or max over H and W (`ReduceMean`/`ReduceMax`, axes as an attribute or, since opset 18, an input) is
+//!   global pooling, as PyTorch's newer exporter writes `adaptive_avg_pool2d(x, 1)`; a `Concat` of one tensor
+//!   (DenseNet's `torch.cat([x])`) is that tensor.
+//! - Weights stored beside the model (`NAME.onnx.data`, the newer exporter's default) are read from the model's
+//!   directory.
 //! - A symbolic batch dimension is fixed to 1; any other symbolic input dimension is an error.
 
 use crate::error::{Error, Result};
@@ -38,12 +43,16 @@ pub fn import_onnx(path: &Path, allow_unsupported: bool) -> Result<Network> {
         .proto_model_for_read(&mut &bytes[..])
         .map_err(|e| Error::Onnx { file: file.clone(), message: format!("not a readable ONNX model: {e:#}") })?;
     let default_name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("network");
-    import_proto(&proto, &file, default_name, allow_unsupported)
+    // Weights stored beside the model (`NAME.onnx.data`, what PyTorch's newer exporter writes) are read from the
+    // model's directory.
+    let dir = path.parent().map(|d| if d.as_os_str().is_empty() { Path::new(".") } else { d });
+    let dir = dir.and_then(Path::to_str);
+    Importer::new(&proto, &file, dir)?.run(default_name, allow_unsupported)
 }
 
-/// Import an in-memory ONNX model; `file` names it in errors.
+/// Import an in-memory ONNX model (its weights inside it); `file` names it in errors.
 pub fn import_proto(proto: &ModelProto, file: &str, default_name: &str, allow_unsupported: bool) -> Result<Network> {
-    Importer::new(proto, file)?.run(default_name, allow_unsupported)
+    Importer::new(proto, file, None)?.run(default_name, allow_unsupported)
 }
 
 /// How one ONNX node becomes part of the network.
@@ -78,7 +87,8 @@ struct Importer<'a> {
 }
 
 impl<'a> Importer<'a> {
-    fn new(proto: &'a ModelProto, file: &'a str) -> Result<Importer<'a>> {
+    /// `model_dir`: where external data (weights in files beside the model) is read from.
+    fn new(proto: &'a ModelProto, file: &'a str, model_dir: Option<&str>) -> Result<Importer<'a>> {
         let err = |message: String| Error::Onnx { file: file.to_string(), message };
         let graph = proto.graph.as_ref().ok_or_else(|| err("the model has no graph".into()))?;
         let opset =
@@ -119,8 +129,9 @@ impl<'a> Importer<'a> {
         // tract's shape inference does unchecked arithmetic on sizes: absurd ones are refused before it sees them.
         tensor_elements(&full_shape[1..], full_shape[0]).map_err(|e| err(format!("input '{}': {e}", input.name)))?;
         check_size_attributes(graph).map_err(err)?;
-        let parsed =
-            tract_onnx::onnx().parse(proto, None).map_err(|e| err(format!("tract cannot parse the graph: {e:#}")))?;
+        let parsed = tract_onnx::onnx()
+            .parse(proto, model_dir)
+            .map_err(|e| err(format!("tract cannot parse the graph: {e:#}")))?;
         let mut model = parsed.model;
         let outlets = parsed.outlets_by_name;
         let input_outlet = *outlets
@@ -501,6 +512,29 @@ impl<'a> Importer<'a> {
                     Op::GlobalAvgPool2d
                 }))
             }
+            // A mean or max over H and W is global pooling (PyTorch's newer exporter writes
+            // `adaptive_avg_pool2d(x, 1)` and `x.mean((2, 3))` so).
+            "ReduceMean" | "ReduceMax" if in_shape.len() == 4 => {
+                single()?;
+                let axes = match node.get_attr_opt_vec::<i64>("axes").map_err(attr_err)? {
+                    Some(axes) => axes,
+                    // Since opset 18 the axes are an input.
+                    None => match node.input.get(1).filter(|a| !a.is_empty()) {
+                        Some(a) => ints(&*self.value(a).ok_or("the axes are not constant")?).map_err(attr_err)?,
+                        None => Vec::new(),
+                    },
+                };
+                let mut spatial: Vec<i64> = axes.iter().map(|&a| if a < 0 { a + 4 } else { a }).collect();
+                spatial.sort_unstable();
+                if spatial != [2, 3] {
+                    return Err(format!("only a reduction over H and W (global pooling) is supported (axes {axes:?})"));
+                }
+                let op = if node.op_type == "ReduceMax" { Op::GlobalMaxPool2d } else { Op::GlobalAvgPool2d };
+                match node.get_attr_opt::<i64>("keepdims").map_err(attr_err)?.unwrap_or(1) {
+                    0 => Ok(Mapping::Layer(op)),
+                    _ => Ok(Mapping::GlobalPool(op)),
+                }
+            }
             "Add" | "Sum" | "Mul" => {
                 let all_dynamic = dynamic.len() == node.input.iter().filter(|s| !s.is_empty()).count();
                 if all_dynamic && dynamic.len() >= 2 {
@@ -516,8 +550,19 @@ impl<'a> Importer<'a> {
                 Err("an element-wise operation with a constant operand has no perfmodel layer".into())
             }
             "Concat" => {
-                if dynamic.len() != node.input.len() || dynamic.len() < 2 {
-                    return Err("concatenating constants is not supported".into());
+                // A constant operand with no element adds nothing; any other has no perfmodel layer.
+                let constant_elements = node
+                    .input
+                    .iter()
+                    .filter(|i| !i.is_empty() && !dynamic.contains(i))
+                    .map(|c| self.value(c).map_or(1, |t| t.len()))
+                    .sum::<usize>();
+                if constant_elements > 0 {
+                    return Err("concatenating constant tensors is not supported".into());
+                }
+                // `torch.cat([x])` (DenseNet's first layer of a block): the tensor itself.
+                if dynamic.len() == 1 {
+                    return Ok(Mapping::Alias(x.to_string()));
                 }
                 let axis = node.get_attr::<i64>("axis").map_err(attr_err)?;
                 let axis = if axis < 0 { axis + in_shape.len() as i64 } else { axis };
