@@ -1,0 +1,400 @@
+//! Shape inference: the output shape of an op for given input shapes, and the checks that reject impossible or
+//! absurdly large layers with the field to blame. Every later stage (costs, features, network analysis) starts from
+//! a shape this module accepted.
+
+use super::{too_large, LResult, LayerConfig, LayerError, Op, Padding, Shape, MAX_ELEMENTS, MAX_SIZE};
+
+impl Padding {
+    /// Resolve to explicit `[top, bottom, left, right]` for an input of `[h, w]` (TensorFlow's `same` rule:
+    /// output = ceil(in / stride), the odd pixel of padding goes to the bottom/right).
+    pub fn resolve(
+        &self,
+        input: [usize; 2],
+        kernel: [usize; 2],
+        strides: [usize; 2],
+        dilation: [usize; 2],
+    ) -> [usize; 4] {
+        match *self {
+            Padding::Valid => [0; 4],
+            Padding::Explicit(p) => p,
+            Padding::Same => {
+                let mut out = [0usize; 4];
+                // Saturating: callers validate sizes afterwards, so absurd values must not panic here.
+                for axis in 0..2 {
+                    let effective = dilation[axis].saturating_mul(kernel[axis].saturating_sub(1)).saturating_add(1);
+                    let out_size = input[axis].div_ceil(strides[axis].max(1));
+                    let total = out_size
+                        .saturating_sub(1)
+                        .saturating_mul(strides[axis])
+                        .saturating_add(effective)
+                        .saturating_sub(input[axis]);
+                    out[axis * 2] = total / 2;
+                    out[axis * 2 + 1] = total - total / 2;
+                }
+                out
+            }
+        }
+    }
+}
+
+fn out_size(input: usize, pad: usize, kernel: usize, stride: usize, dilation: usize) -> Option<usize> {
+    let padded = input + pad;
+    let effective = dilation * (kernel - 1) + 1;
+    if padded < effective {
+        None
+    } else {
+        Some((padded - effective) / stride + 1)
+    }
+}
+
+pub(super) fn image(inputs: &[Shape], what: &str) -> LResult<[usize; 3]> {
+    match inputs.first() {
+        Some(s) if s.len() == 3 => Ok([s[0], s[1], s[2]]),
+        Some(s) => {
+            Err(LayerError::new(Some("inputs"), format!("{what} needs a [channels, height, width] input, got {s:?}")))
+        }
+        None => Err(LayerError::new(Some("inputs"), format!("{what} needs one input"))),
+    }
+}
+
+pub(super) fn spatial_output(
+    c_h_w: [usize; 3],
+    kernel: [usize; 2],
+    strides: [usize; 2],
+    dilation: [usize; 2],
+    padding: &Padding,
+    kernel_field: &str,
+) -> LResult<([usize; 4], [usize; 2])> {
+    let [_, h, w] = c_h_w;
+    let pads = padding.resolve([h, w], kernel, strides, dilation);
+    let oh = out_size(h, pads[0] + pads[1], kernel[0], strides[0], dilation[0]);
+    let ow = out_size(w, pads[2] + pads[3], kernel[1], strides[1], dilation[1]);
+    match (oh, ow) {
+        (Some(oh), Some(ow)) => Ok((pads, [oh, ow])),
+        _ => Err(LayerError::at(
+            kernel_field,
+            format!(
+                "{}x{} (dilated {}x{}) is larger than the padded input {}x{}",
+                kernel[0],
+                kernel[1],
+                dilation[0] * (kernel[0] - 1) + 1,
+                dilation[1] * (kernel[1] - 1) + 1,
+                h + pads[0] + pads[1],
+                w + pads[2] + pads[3]
+            ),
+        )),
+    }
+}
+
+/// NumPy-style broadcasting of batch-less shapes (for `add` and `multiply`).
+fn broadcast(inputs: &[Shape]) -> LResult<Shape> {
+    if inputs.len() < 2 {
+        return Err(LayerError::at("inputs", format!("needs at least 2 inputs, got {}", inputs.len())));
+    }
+    let rank = inputs.iter().map(|s| s.len()).max().unwrap_or(0);
+    let mut out = vec![1usize; rank];
+    for s in inputs {
+        let offset = rank - s.len();
+        for (i, &d) in s.iter().enumerate() {
+            let o = &mut out[offset + i];
+            if *o == 1 {
+                *o = d;
+            } else if d != 1 && d != *o {
+                return Err(LayerError::at(
+                    "inputs",
+                    format!("shape mismatch: input shapes {inputs:?} do not broadcast together"),
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Product of sizes, `None` on u64 overflow.
+pub(super) fn checked_product(values: impl IntoIterator<Item = u64>) -> Option<u64> {
+    values.into_iter().try_fold(1u64, |acc, v| acc.checked_mul(v))
+}
+
+/// Elements of `shape` times `batch`, or why the tensor is too large to be real.
+pub fn tensor_elements(shape: &[usize], batch: usize) -> std::result::Result<u64, String> {
+    checked_product(shape.iter().chain([&batch]).map(|&d| d as u64)).filter(|&n| n <= MAX_ELEMENTS).ok_or_else(|| {
+        let times_batch = if batch == 1 { String::new() } else { format!(" times batch {batch}") };
+        format!("shape {shape:?}{times_batch} has more than 2^40 elements (4 TiB as f32): too large for any device")
+    })
+}
+
+impl Op {
+    /// Check hyperparameters that do not depend on the input (positive sizes, ranges).
+    pub fn validate(&self) -> LResult<()> {
+        fn positive(field: &str, values: &[usize]) -> LResult<()> {
+            if values.contains(&0) {
+                Err(LayerError::at(field, format!("must be positive, got {values:?}")))
+            } else {
+                at_most_max(field, values)
+            }
+        }
+        fn at_most_max(field: &str, values: &[usize]) -> LResult<()> {
+            if let Some(v) = values.iter().find(|&&v| v > MAX_SIZE) {
+                Err(LayerError::at(field, format!("{v} is too large (at most {MAX_SIZE})")))
+            } else {
+                Ok(())
+            }
+        }
+        fn padding(field: &str, padding: &Padding) -> LResult<()> {
+            match padding {
+                Padding::Explicit(p) => at_most_max(field, p),
+                Padding::Valid | Padding::Same => Ok(()),
+            }
+        }
+        match self {
+            Op::Conv2d(c) => {
+                positive("filters", &[c.filters])?;
+                positive("kernel", &c.kernel)?;
+                positive("strides", &c.strides)?;
+                positive("dilation", &c.dilation)?;
+                positive("groups", &[c.groups])?;
+                padding("padding", &c.padding)?;
+                if c.filters % c.groups != 0 {
+                    return Err(LayerError::at(
+                        "groups",
+                        format!("filters ({}) must be divisible by groups ({})", c.filters, c.groups),
+                    ));
+                }
+            }
+            Op::DepthwiseConv2d(c) => {
+                positive("depth_multiplier", &[c.depth_multiplier])?;
+                positive("kernel", &c.kernel)?;
+                positive("strides", &c.strides)?;
+                positive("dilation", &c.dilation)?;
+                padding("padding", &c.padding)?;
+            }
+            Op::Dense(d) => positive("units", &[d.units])?,
+            Op::MaxPool2d(p) | Op::AvgPool2d(p) => {
+                positive("pool_size", &p.pool_size)?;
+                positive("strides", &p.strides)?;
+                padding("padding", &p.padding)?;
+            }
+            Op::Reshape { target_shape } => {
+                if target_shape.iter().filter(|&&d| d == -1).count() > 1 {
+                    return Err(LayerError::at("target_shape", "at most one dimension may be -1"));
+                }
+                if target_shape.iter().any(|&d| d == 0 || d < -1) {
+                    return Err(LayerError::at(
+                        "target_shape",
+                        format!("dimensions must be positive (or one -1), got {target_shape:?}"),
+                    ));
+                }
+                if target_shape.iter().any(|&d| d > 0 && d as u64 > MAX_ELEMENTS) {
+                    return Err(LayerError::at("target_shape", format!("{target_shape:?} is too large")));
+                }
+            }
+            Op::ZeroPadding2d { padding } => at_most_max("padding", padding)?,
+            Op::Cropping2d { cropping } => at_most_max("cropping", cropping)?,
+            Op::Dropout { rate } => {
+                if !(0.0..1.0).contains(rate) {
+                    return Err(LayerError::at("rate", format!("must be in [0, 1), got {rate}")));
+                }
+            }
+            Op::Unsupported { output_shape, .. } => {
+                if output_shape.is_empty() || output_shape.contains(&0) {
+                    return Err(LayerError::at(
+                        "output_shape",
+                        format!("must be a non-empty list of positive sizes, got {output_shape:?}"),
+                    ));
+                }
+                tensor_elements(output_shape, 1).map_err(|e| LayerError::at("output_shape", e))?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Output shape for the given input shapes, or the reason these inputs are impossible for this op.
+    pub fn output_shape(&self, inputs: &[Shape]) -> LResult<Shape> {
+        self.validate()?;
+        if inputs.is_empty() {
+            return Err(LayerError::at("inputs", format!("{} needs at least one input", self.layer_type())));
+        }
+        if !self.is_multi_input() && inputs.len() != 1 {
+            return Err(LayerError::at(
+                "inputs",
+                format!("{} takes exactly one input, got {}", self.layer_type(), inputs.len()),
+            ));
+        }
+        if let Some(s) = inputs.iter().find(|s| s.contains(&0)) {
+            return Err(LayerError::at("inputs", format!("input shape {s:?} has an empty dimension")));
+        }
+        for s in inputs {
+            tensor_elements(s, 1).map_err(|e| LayerError::at("inputs", e))?;
+        }
+        let out = self.unchecked_output_shape(inputs)?;
+        let field = match self {
+            Op::Conv2d(_) => "filters",
+            Op::DepthwiseConv2d(_) => "depth_multiplier",
+            Op::Dense(_) => "units",
+            Op::ZeroPadding2d { .. } => "padding",
+            Op::Reshape { .. } => "target_shape",
+            _ => "inputs",
+        };
+        tensor_elements(&out, 1).map_err(|e| LayerError::at(field, format!("output {e}")))?;
+        Ok(out)
+    }
+
+    /// The output shape of validated hyperparameters and input shapes of at most [`MAX_ELEMENTS`] elements.
+    fn unchecked_output_shape(&self, inputs: &[Shape]) -> LResult<Shape> {
+        Ok(match self {
+            Op::Conv2d(c) => {
+                let chw = image(inputs, "conv2d")?;
+                if chw[0] % c.groups != 0 {
+                    return Err(LayerError::at(
+                        "groups",
+                        format!("input channels ({}) must be divisible by groups ({})", chw[0], c.groups),
+                    ));
+                }
+                let (_, [oh, ow]) = spatial_output(chw, c.kernel, c.strides, c.dilation, &c.padding, "kernel")?;
+                vec![c.filters, oh, ow]
+            }
+            Op::DepthwiseConv2d(c) => {
+                let chw = image(inputs, "depthwise_conv2d")?;
+                let (_, [oh, ow]) = spatial_output(chw, c.kernel, c.strides, c.dilation, &c.padding, "kernel")?;
+                let channels = chw[0]
+                    .checked_mul(c.depth_multiplier)
+                    .ok_or_else(|| too_large("depth_multiplier", "output channels"))?;
+                vec![channels, oh, ow]
+            }
+            Op::Dense(d) => {
+                let s = &inputs[0];
+                if s.len() != 1 {
+                    return Err(LayerError::at(
+                        "inputs",
+                        format!(
+                            "dense needs a flat [features] input, got {s:?} (add a flatten or global pooling layer)"
+                        ),
+                    ));
+                }
+                vec![d.units]
+            }
+            Op::MaxPool2d(p) | Op::AvgPool2d(p) => {
+                let chw = image(inputs, self.layer_type().as_str())?;
+                let (_, [oh, ow]) = spatial_output(chw, p.pool_size, p.strides, [1, 1], &p.padding, "pool_size")?;
+                vec![chw[0], oh, ow]
+            }
+            Op::GlobalAvgPool2d | Op::GlobalMaxPool2d => {
+                let chw = image(inputs, self.layer_type().as_str())?;
+                vec![chw[0]]
+            }
+            Op::Flatten => vec![inputs[0].iter().product()],
+            Op::Reshape { target_shape } => {
+                let total: u64 = inputs[0].iter().map(|&d| d as u64).product();
+                let known = checked_product(target_shape.iter().filter(|&&d| d > 0).map(|&d| d as u64))
+                    .ok_or_else(|| LayerError::at("target_shape", format!("{target_shape:?} is too large")))?;
+                let mut out: Shape = Vec::with_capacity(target_shape.len());
+                for &d in target_shape {
+                    if d == -1 {
+                        if known == 0 || total % known != 0 {
+                            return Err(LayerError::at(
+                                "target_shape",
+                                format!("cannot reshape {:?} ({total} elements) to {target_shape:?}", inputs[0]),
+                            ));
+                        }
+                        out.push((total / known) as usize);
+                    } else {
+                        out.push(d as usize);
+                    }
+                }
+                if checked_product(out.iter().map(|&d| d as u64)) != Some(total) {
+                    return Err(LayerError::at(
+                        "target_shape",
+                        format!("cannot reshape {:?} ({total} elements) to {target_shape:?}", inputs[0]),
+                    ));
+                }
+                out
+            }
+            Op::Add | Op::Multiply => broadcast(inputs)?,
+            Op::Concat { axis } => {
+                if inputs.len() < 2 {
+                    return Err(LayerError::at(
+                        "inputs",
+                        format!("concat needs at least 2 inputs, got {}", inputs.len()),
+                    ));
+                }
+                let rank = inputs[0].len();
+                let ax = if *axis < 0 { *axis + rank as i64 } else { *axis };
+                if ax < 0 || ax >= rank as i64 {
+                    return Err(LayerError::at("axis", format!("axis {axis} is out of range for rank {rank}")));
+                }
+                let ax = ax as usize;
+                let mut out = inputs[0].clone();
+                for s in &inputs[1..] {
+                    let same_other = s.len() == rank && (0..rank).all(|i| i == ax || s[i] == inputs[0][i]);
+                    if !same_other {
+                        return Err(LayerError::at(
+                            "inputs",
+                            format!("shape mismatch: cannot concatenate {inputs:?} along axis {axis}"),
+                        ));
+                    }
+                    out[ax] += s[ax];
+                }
+                out
+            }
+            Op::Activation(_) | Op::Dropout { .. } => inputs[0].clone(),
+            Op::BatchNorm => {
+                if inputs[0].is_empty() {
+                    return Err(LayerError::at("inputs", "batch_norm needs at least one dimension"));
+                }
+                inputs[0].clone()
+            }
+            Op::ZeroPadding2d { padding } => {
+                let [c, h, w] = image(inputs, "zero_padding2d")?;
+                vec![c, h + padding[0] + padding[1], w + padding[2] + padding[3]]
+            }
+            Op::Cropping2d { cropping } => {
+                let [c, h, w] = image(inputs, "cropping2d")?;
+                let (ch, cw) = (cropping[0] + cropping[1], cropping[2] + cropping[3]);
+                if ch >= h || cw >= w {
+                    return Err(LayerError::at(
+                        "cropping",
+                        format!("cropping {cropping:?} removes the whole {h}x{w} input"),
+                    ));
+                }
+                vec![c, h - ch, w - cw]
+            }
+            Op::Unsupported { output_shape, .. } => output_shape.clone(),
+        })
+    }
+}
+
+impl LayerConfig {
+    pub fn output_shape(&self) -> LResult<Shape> {
+        if self.batch == 0 {
+            return Err(LayerError::at("batch_size", "must be positive"));
+        }
+        let out = self.op.output_shape(&self.input_shapes)?;
+        for s in self.input_shapes.iter().chain([&out]) {
+            tensor_elements(s, self.batch).map_err(|e| LayerError::at("batch_size", e))?;
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::layer::tests::conv;
+    use crate::layer::*;
+
+    #[test]
+    fn same_padding_matches_tensorflow() {
+        // 224 input, 7x7 stride 2: TF pads 2 top / 3 bottom and gives 112.
+        assert_eq!(Padding::Same.resolve([224, 224], [7, 7], [2, 2], [1, 1]), [2, 3, 2, 3]);
+        let out = conv(64, 7, 2, Padding::Same).output_shape(&[vec![3, 224, 224]]).unwrap();
+        assert_eq!(out, vec![64, 112, 112]);
+        let out = conv(64, 3, 1, Padding::Valid).output_shape(&[vec![3, 35, 35]]).unwrap();
+        assert_eq!(out, vec![64, 33, 33]);
+    }
+
+    #[test]
+    fn broadcasting_multiply_for_squeeze_excite() {
+        assert_eq!(Op::Multiply.output_shape(&[vec![32, 7, 7], vec![32, 1, 1]]).unwrap(), vec![32, 7, 7]);
+        assert!(Op::Add.output_shape(&[vec![32, 7, 7], vec![16, 7, 7]]).is_err());
+    }
+}
