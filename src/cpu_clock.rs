@@ -1,7 +1,8 @@
 //! The calling thread's CPU clock, next to the wall clock, for timing on a machine whose cores are shared.
 //!
 //! Why: on a shared VM (a 2-vCPU KVM guest, say) the hypervisor takes the vCPUs away for stretches (steal time:
-//! `/proc/stat` counted about as many stolen as user jiffies while the speed probe ran on one). Wall time counts those stretches; the guest kernel's per-task CPU clock does not (paravirtual
+//! `/proc/stat` counted about as many stolen as user jiffies while the speed probe ran on one). Wall time counts
+//! those stretches; the guest kernel's per-task CPU clock does not (paravirtual
 //! steal accounting). A fixed 1-ms matrix product timed 300 times there spread over 0.94-1.89 ms (10th-90th
 //! percentile) on the wall clock and 0.92-1.19 ms on the thread's CPU clock. With a one-thread engine an
 //! inference runs on the calling thread, so that thread's CPU clock is the time the inference computed,

@@ -1,7 +1,6 @@
 //! Statistics, in one place: robust summaries of timed repetitions, quantiles and medians.
 //!
-//! Robust summaries of timed repetitions. Medians and MADs rather than means, because a shared VM produces
-//! long-tailed timings; outliers are counted with Tukey's fences and reported, never silently dropped.
+//! Medians and MADs rather than means, because a shared VM produces long-tailed timings; outliers are counted with Tukey's fences and reported, never silently dropped.
 
 /// Spread of one sample's repetitions.
 #[derive(Debug, Clone, Copy, PartialEq)]

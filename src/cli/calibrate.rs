@@ -4,7 +4,7 @@
 use perfmodel::estimate::calibration::{calibrate, zoo_networks, CalibrateOptions};
 use perfmodel::estimate::calibration::{Calibration, DenseLayerPoint, ResidualAddPoint};
 use perfmodel::estimate::DEFAULT_DEVICE;
-use perfmodel::{Dirs, Network};
+use perfmodel::Dirs;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -51,7 +51,6 @@ use super::TableOrJson as Format;
 
 pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
     let nets = if args.nets.is_empty() { zoo_networks(&dirs.zoo)? } else { args.nets.clone() };
-    let nets = nets.iter().map(Network::load).collect::<perfmodel::Result<Vec<Network>>>()?;
     let options = CalibrateOptions {
         rounds: usize::try_from(args.rounds).unwrap_or(usize::MAX),
         warmup: args.warmup,

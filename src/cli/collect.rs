@@ -18,7 +18,7 @@ pub struct Args {
     /// Device profile (collectors/NAME.toml)
     #[arg(long)]
     device: String,
-    /// Sampled configs (from `perfmodel zoo sample`); default: zoo/configs.json
+    /// Sampled configs (from `perfmodel zoo sample`); default: ZOO_DIR/configs.json
     #[arg(long)]
     configs: Option<PathBuf>,
     /// Only these layer types, comma-separated (e.g. conv2d,dense)

@@ -1,6 +1,6 @@
 //! `perfmodel estimate`: latency, energy and memory of a network on a device, per layer and in total.
 
-use perfmodel::estimate::request::{trained_here_note, Opened, Request};
+use perfmodel::estimate::request::{apply_zero_shot, trained_here_note, zero_shot_of, Choice, Request};
 use perfmodel::estimate::{render, Estimator, Method};
 use perfmodel::Dirs;
 use perfmodel::Network;
@@ -36,14 +36,19 @@ impl EstimatorArgs {
             .with_zero_shot(self.zero_shot)
     }
 
-    /// The request opened: the device chosen (the profiles it skipped said as notes), its estimator and its
-    /// zero-shot scaling.
-    pub fn open(&self, dirs: &Dirs) -> anyhow::Result<Opened> {
-        let opened = self.request().open(dirs)?;
-        for note in &opened.choice.notes {
+    /// The device chosen, the profiles it skipped said at once as notes (an error opening the device may be
+    /// why).
+    pub fn choose(&self, dirs: &Dirs) -> Choice {
+        let choice = self.request().choose(dirs);
+        for note in &choice.notes {
             eprintln!("note: {note}");
         }
-        Ok(opened)
+        choice
+    }
+
+    /// The estimator of the device chosen.
+    pub fn estimator(&self, choice: &Choice, dirs: &Dirs) -> anyhow::Result<Estimator> {
+        Ok(self.request().estimator(choice, dirs)?)
     }
 }
 
@@ -122,20 +127,22 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
     if let Some(batch) = args.batch {
         net.batch_size = batch as usize;
     }
-    let opened = args.estimator.open(dirs)?;
-    let mut estimate = opened.estimate(&net)?;
-    if opened.zero_shot.is_none() {
-        estimate.notes.extend(trained_here_note(&opened.estimator, dirs));
-    }
-    if args.at_current_speed && opened.choice.zero_shot {
+    let choice = args.estimator.choose(dirs);
+    let estimator = args.estimator.estimator(&choice, dirs)?;
+    let mut estimate = estimator.estimate(&net)?;
+    if args.at_current_speed && choice.zero_shot {
         anyhow::bail!(perfmodel::Error::Invalid(format!(
             "--at-current-speed: device '{}' is scaled to this machine by zero-shot speed probes already; its \
              models were not trained here",
-            opened.choice.device
+            choice.device
         )));
     }
+    match zero_shot_of(&choice, &estimator, dirs)? {
+        Some(zero_shot) => estimate = apply_zero_shot(estimate, &zero_shot, &choice),
+        None => estimate.notes.extend(trained_here_note(&estimator, dirs)),
+    }
     if args.at_current_speed {
-        let (now, nominal) = current_speed(&opened.estimator, dirs)?;
+        let (now, nominal) = current_speed(&estimator, dirs)?;
         estimate = estimate.at_machine_speed(
             perfmodel::collect::speed::speed_factor(now, nominal),
             format!(

@@ -6,6 +6,7 @@ use anyhow::Context;
 use perfmodel::collect::profile::DeviceProfile;
 use perfmodel::engine::profile_network;
 use perfmodel::estimate::outliers::{find_outliers, read_measured, MeasuredLayer};
+use perfmodel::estimate::request::{apply_zero_shot, zero_shot_of};
 use perfmodel::Dirs;
 use perfmodel::Network;
 use std::path::PathBuf;
@@ -34,12 +35,16 @@ use super::TableOrJson as Format;
 
 pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
     let net = Network::load(&args.net)?;
-    let opened = args.estimator.open(dirs)?;
-    let estimate = opened.estimate(&net)?;
+    let choice = args.estimator.choose(dirs);
+    let estimator = args.estimator.estimator(&choice, dirs)?;
+    let mut estimate = estimator.estimate(&net)?;
+    if let Some(zero_shot) = zero_shot_of(&choice, &estimator, dirs)? {
+        estimate = apply_zero_shot(estimate, &zero_shot, &choice);
+    }
     let measured: Vec<MeasuredLayer> = match &args.measured {
         Some(path) => read_measured(path)?,
         None => {
-            let device = DeviceProfile::load(&dirs.collectors, &opened.choice.device)?;
+            let device = DeviceProfile::load(&dirs.collectors, &choice.device)?;
             let profile = profile_network(&net, device.threads, args.rounds, 3)
                 .with_context(|| format!("benchmarking {}", args.net.display()))?;
             profile.layers.into_iter().map(|l| MeasuredLayer { name: l.name, latency_ms: l.latency_ms }).collect()

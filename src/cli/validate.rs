@@ -2,7 +2,9 @@
 
 use super::estimate::EstimatorArgs;
 use perfmodel::collect::speed::MIN_ROUNDS_NEAR_NOMINAL;
+use perfmodel::collect::DeviceProfile;
 use perfmodel::engine::RoundPlan;
+use perfmodel::estimate::request::{zero_shot_of, Opened};
 use perfmodel::estimate::validation::{validate, BenchOptions};
 use perfmodel::Dirs;
 use perfmodel::Network;
@@ -47,8 +49,13 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
             "--max-rounds {max_rounds} is below --rounds {rounds}: a network runs at least --rounds rounds"
         )));
     }
+    let choice = args.estimator.choose(dirs);
+    // The networks run with the device's engine settings: its profile must be there before anything is built.
+    DeviceProfile::load(&dirs.collectors, &choice.device)?;
+    let estimator = args.estimator.estimator(&choice, dirs)?;
     let nets = args.nets.iter().map(Network::load).collect::<perfmodel::Result<Vec<Network>>>()?;
-    let opened = args.estimator.open(dirs)?;
+    let zero_shot = zero_shot_of(&choice, &estimator, dirs)?;
+    let opened = Opened { choice, estimator, zero_shot };
     let options = BenchOptions {
         plan: RoundPlan { rounds, max_rounds, block },
         warmup: args.warmup,

@@ -348,7 +348,7 @@ impl<'a> NetworkBench<'a> {
         let round_latency_ms = self.totals.clone();
         // On the CPU clock only when the runs computed on this thread: a pool computes on its own threads.
         let round_cpu_ms = if executor.threads() == 1 { std::mem::take(&mut self.cpu_totals) } else { Vec::new() };
-        let totals = &mut self.totals;
+        let totals = &self.totals;
         Ok(NetworkProfile {
             network: network.name.clone(),
             engine: super::Executor::describe(executor),
@@ -374,7 +374,7 @@ impl<'a> NetworkBench<'a> {
             layers: network
                 .layers
                 .iter()
-                .zip(self.per_layer.iter_mut())
+                .zip(self.per_layer.iter())
                 .zip(&self.memory.layer_peak)
                 .map(|((l, samples), peak)| LayerProfile {
                     name: l.name.clone(),

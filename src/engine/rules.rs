@@ -47,7 +47,8 @@ pub enum Role {
     /// A view or an inference no-op (flatten, reshape, dropout): no work, no allocation.
     Free,
     /// Computed by the kernel of layer `owner`: costs nothing of its own. `via` is the input it was reached
-    /// through (the owner itself, or a layer that runs inside the owner too).
+    /// through: the owner itself, a layer that runs inside the owner too, or for a residual add the input on
+    /// the owner's side (which may run: a ReLU after a dropout).
     Inside { owner: usize, via: usize, fusion: Fusion },
     /// A kernel of its own.
     Runs(Kernel),
@@ -106,7 +107,8 @@ impl Plan {
     }
 
     /// The residual add `add` runs as a layer of its own after all (its convolution has no prediction to carry
-    /// it, or nothing times the add), and so does whatever ran inside its convolution only through the add.
+    /// it, or nothing times the add), and so does every epilogue that ran inside its convolution only through
+    /// the add (its ReLU, and what follows that).
     pub fn run_add_alone(&mut self, add: usize) {
         let Role::Inside { owner, fusion: Fusion::ResidualAdd, .. } = self.roles[add] else { return };
         if let Role::Runs(kernel) = &mut self.roles[owner] {
@@ -114,7 +116,7 @@ impl Plan {
         }
         self.roles[add] = Role::Runs(Kernel::default());
         for k in add + 1..self.roles.len() {
-            if let Role::Inside { owner, via, .. } = self.roles[k] {
+            if let Role::Inside { owner, via, fusion: Fusion::Epilogue } = self.roles[k] {
                 if via != owner && self.runs(via) {
                     self.roles[k] = Role::Runs(Kernel::default());
                 }
@@ -394,6 +396,28 @@ mod tests {
         let before = plan.clone();
         plan.run_add_alone(short_bn);
         assert_eq!(plan, before);
+    }
+
+    #[test]
+    fn an_add_run_alone_leaves_another_convolution_s_add_inside_it() {
+        // a1 runs inside p; a2 inside q, reached through a ReLU that runs (a dropout stands between it and q).
+        let text = r#"{"name": "two_adds", "input_shape": [8, 8, 8], "layers": [
+            {"name": "s", "type": "conv2d", "filters": 8, "kernel": [3, 3], "padding": "same", "activation": "relu"},
+            {"name": "p", "type": "conv2d", "filters": 8, "kernel": [1, 1]},
+            {"name": "a1", "type": "add", "inputs": ["s", "p"]},
+            {"name": "q", "type": "conv2d", "filters": 8, "kernel": [1, 1]},
+            {"name": "d", "type": "dropout", "rate": 0.1},
+            {"name": "r", "type": "activation", "function": "relu"},
+            {"name": "a2", "type": "add", "inputs": ["r", "a1"]}]}"#;
+        let (net, mut plan) = plan_of(&Tract, text);
+        let [p, a1, q, r, a2] = ["p", "a1", "q", "r", "a2"].map(|n| index(&net, n));
+        assert_eq!(plan.role(a1), Role::Inside { owner: p, via: p, fusion: Fusion::ResidualAdd });
+        assert_eq!(plan.role(a2), Role::Inside { owner: q, via: r, fusion: Fusion::ResidualAdd });
+        assert!(plan.runs(r));
+        plan.run_add_alone(a1);
+        assert!(plan.runs(a1));
+        assert_eq!(plan.role(a2), Role::Inside { owner: q, via: r, fusion: Fusion::ResidualAdd });
+        assert_eq!(plan.kernel(q), Some(Kernel { fused_add: Some(a2), unbuilt_concat: None }));
     }
 
     #[test]

@@ -92,8 +92,8 @@ impl Method {
 
     /// Whether the models describe tract (the conv2d memory model was trained on tract's packed weights), so
     /// that tract's graph rewrites shape the estimate too. On any machine: a rewrite such as ConcatThenEinsum
-    /// is decided on the graph, not on the instruction set (the models were trained on an Intel core with
-    /// AVX-512 FP16 and run on AMD Zen 5 cores as well).
+    /// is decided on the graph, not on the instruction set (models trained on a core with AVX-512 FP16 hold
+    /// on cores without it).
     fn models_tract(&self) -> bool {
         match self {
             Method::Learned(store) => store

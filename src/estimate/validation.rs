@@ -349,7 +349,7 @@ pub struct BenchOptions {
     pub speed_probe: bool,
 }
 
-/// Validate the estimates of `request` on `nets`: each network estimated as asked (zero-shot included) and run
+/// Validate the estimates of an opened request on `nets`: each network estimated as asked (zero-shot included) and run
 /// here with the device's engine settings ([`bench_with_speed_probe`]), the errors and their medians, the notes
 /// every estimate or only some carry, and whether the device is another machine's. `log` receives progress and
 /// notes as they happen.

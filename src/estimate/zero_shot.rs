@@ -166,8 +166,8 @@ impl ZeroShot {
                 message: "no latency model of the zero-shot probe layers: it cannot be scaled to this machine".into(),
             });
         }
-        // The median of the probes' measured / predicted: one probe the source's model gets badly wrong (on the
-        // development hosts, a stride-2 depthwise convolution predicted at 3.4x by one device's model) must not
+        // The median of the probes' measured / predicted: one probe the source's model gets badly wrong (a stride-2
+        // depthwise convolution predicted at 3.4x by one device's model) must not
         // set the factor of its whole kind.
         let ratio = |of: &mut dyn Iterator<Item = &ProbeTiming>| {
             let mut r: Vec<f64> = of.map(|t| t.measured_ms / t.predicted_ms).collect();

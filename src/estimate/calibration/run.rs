@@ -82,12 +82,13 @@ fn json_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(nets)
 }
 
-/// Calibrate `device`'s learned models on `nets` (at least [`MIN_NETWORKS`]), run here with the device's engine
-/// settings, and write the calibration beside the models. Refuses a profile of another machine, and models
-/// trained on another machine unless `options.allow_other_machine`. `log` receives progress and notes.
+/// Calibrate `device`'s learned models on the networks in `nets` (net.json or ONNX files, at least
+/// [`MIN_NETWORKS`]; [`zoo_networks`] by default), run here with the device's engine settings, and write the
+/// calibration beside the models. Refuses a profile of another machine, and models trained on another machine
+/// unless `options.allow_other_machine`, before reading any network. `log` receives progress and notes.
 pub fn calibrate(
     device: &str,
-    nets: &[Network],
+    nets: &[PathBuf],
     dirs: &Dirs,
     options: CalibrateOptions,
     log: &mut dyn FnMut(String),
@@ -107,6 +108,8 @@ pub fn calibrate(
             nets.len()
         )));
     }
+    let nets = nets.iter().map(Network::load).collect::<Result<Vec<Network>>>()?;
+    let nets = nets.as_slice();
     log(format!("running {} networks, {} rounds each", nets.len(), options.rounds));
     let (rounds, warmup) = if options.memory_only { (1, 0) } else { (options.rounds, options.warmup) };
     // Models of another machine: this machine's runs would be fitted into their calibration, and their nominal
