@@ -333,6 +333,8 @@ mod tests {
             LayerConfig::new(Op::ZeroPadding2d { padding: [1, 2, 0, 3] }, vec![image.clone()], 1),
             LayerConfig::new(Op::Cropping2d { cropping: [1, 2, 0, 3] }, vec![image.clone()], 2),
             LayerConfig::new(Op::Dropout { rate: 0.5 }, vec![image.clone()], 1),
+            LayerConfig::new(Op::ChannelShuffle { groups: 4 }, vec![image.clone()], 2),
+            LayerConfig::new(Op::ChannelSlice { start: 2, end: 6 }, vec![image.clone()], 1),
         ];
         for a in Activation::ALL {
             configs.push(LayerConfig::new(Op::Activation(a), vec![image.clone()], 2));

@@ -57,6 +57,10 @@ impl PmStatus {
     }
 }
 
+/// The layer types `pm_layer_type` numbers (the header's enum): the first of [`LayerType::ALL`]. Later types
+/// (channel shuffle and slice) have no `pm_layer` fields and are passed as JSON.
+const C_LAYER_TYPES: usize = 18;
+
 /// One layer for [`pm_estimate_layers`] (`pm_layer` in the header). Integer fields are `int64_t` so a negative
 /// value from a careless caller is reported instead of wrapping around.
 #[repr(C)]
@@ -297,15 +301,17 @@ unsafe fn op_from_c(layer: &PmLayer) -> Result<Op, LayerError> {
         let pool_size = pair("kernel", layer.kernel, [2, 2])?;
         Ok(Pool2d { pool_size, strides: pair("strides", layer.strides, pool_size)?, padding: padding()? })
     };
+    let c_types = &LayerType::ALL[..C_LAYER_TYPES];
     let layer_type =
-        usize::try_from(layer.layer_type).ok().and_then(|i| LayerType::ALL.get(i).copied()).ok_or_else(|| {
+        usize::try_from(layer.layer_type).ok().and_then(|i| c_types.get(i).copied()).ok_or_else(|| {
+            let names: Vec<&str> = c_types.iter().map(|t| t.as_str()).collect();
             LayerError::new(
                 Some("type"),
                 format!(
-                    "unknown pm_layer_type {} (0..{}: {})",
+                    "unknown pm_layer_type {} (0..{}: {}; other layer types need JSON)",
                     layer.layer_type,
-                    LayerType::ALL.len() - 1,
-                    LayerType::names_list()
+                    C_LAYER_TYPES - 1,
+                    names.join(", ")
                 ),
             )
         })?;
@@ -353,6 +359,9 @@ unsafe fn op_from_c(layer: &PmLayer) -> Result<Op, LayerError> {
                 Some("type"),
                 "an unsupported layer needs its op_type and output_shape: pass the network as JSON",
             ))
+        }
+        LayerType::ChannelShuffle | LayerType::ChannelSlice => {
+            unreachable!("pm_layer_type numbers only the first {C_LAYER_TYPES} layer types")
         }
     };
     op.validate()?;

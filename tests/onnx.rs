@@ -382,3 +382,28 @@ fn both_pytorch_exporters_import_to_the_same_network() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("alone.onnx"), "{}", stderr(&out));
 }
+
+#[test]
+fn a_shufflenet_unit_imports_from_both_exporters_and_runs() {
+    // tests/data/torch/make_fixtures.py: a channel split (Slice from TorchScript, Split from the newer
+    // exporter), a branch, a concat and a channel shuffle (Reshape, Transpose, Reshape).
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch");
+    let script = Network::load(data.join("tiny_shuffle_torchscript.onnx")).unwrap();
+    let dynamo = Network::load(data.join("tiny_shuffle_dynamo.onnx")).unwrap();
+    assert_eq!(layer_ops(&script), layer_ops(&dynamo));
+    let types: Vec<&str> = script.layers.iter().map(|l| l.op.layer_type().as_str()).collect();
+    assert_eq!(
+        types,
+        ["conv2d", "channel_slice", "channel_slice", "conv2d", "depthwise_conv2d", "concat", "channel_shuffle"]
+    );
+    assert_eq!(script.layers[1].op, Op::ChannelSlice { start: 0, end: 8 });
+    assert_eq!(script.layers[2].op, Op::ChannelSlice { start: 8, end: 16 });
+    assert_eq!(script.layers[6].op, Op::ChannelShuffle { groups: 2 });
+    // The engine runs what the import made, and the estimate prices the new layers by their memory traffic.
+    let dir = tempfile::tempdir().unwrap();
+    let net = data.join("tiny_shuffle_dynamo.onnx");
+    let out = perfmodel(dir.path(), &["bench", net.to_str().unwrap(), "--rounds", "2", "--warmup", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let est = perfmodel(dir.path(), &["estimate", net.to_str().unwrap(), "--method", "paleo", "--device", "xeon480"]);
+    assert!(est.status.success(), "{}", stderr(&est));
+}

@@ -287,6 +287,8 @@ fn is_memory_bound(t: LayerType) -> bool {
             | LayerType::Cropping2d
             | LayerType::GlobalAvgPool2d
             | LayerType::GlobalMaxPool2d
+            | LayerType::ChannelShuffle
+            | LayerType::ChannelSlice
     )
 }
 

@@ -101,7 +101,9 @@ impl LayerConfig {
             | Op::Dropout { .. }
             | Op::ZeroPadding2d { .. }
             | Op::Cropping2d { .. }
-            | Op::Unsupported { .. } => 0,
+            | Op::Unsupported { .. }
+            | Op::ChannelShuffle { .. }
+            | Op::ChannelSlice { .. } => 0,
         })
     }
 }

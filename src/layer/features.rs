@@ -147,7 +147,9 @@ fn columns(ty: LayerType) -> &'static [&'static [Column]] {
         | LayerType::ZeroPadding2d
         | LayerType::Cropping2d
         | LayerType::Dropout
-        | LayerType::Unsupported => OTHER,
+        | LayerType::Unsupported
+        | LayerType::ChannelShuffle
+        | LayerType::ChannelSlice => OTHER,
     }
 }
 

@@ -51,6 +51,12 @@ impl Op {
                     output_shape: s.output_shape.required("output_shape")?,
                 })
             }),
+            LayerType::ChannelShuffle => {
+                read(obj, ty, |s: ChannelShuffleSpec| Ok(Op::ChannelShuffle { groups: s.groups.required("groups")? }))
+            }
+            LayerType::ChannelSlice => read(obj, ty, |s: ChannelSliceSpec| {
+                Ok(Op::ChannelSlice { start: s.start.or("start", 0)?, end: s.end.required("end")? })
+            }),
         }
     }
 
@@ -67,6 +73,8 @@ impl Op {
             Op::ZeroPadding2d { padding } => write(ZeroPadding2dSpec { padding: given(*padding) }),
             Op::Cropping2d { cropping } => write(Cropping2dSpec { cropping: given(*cropping) }),
             Op::Dropout { rate } => write(DropoutSpec { rate: given(*rate) }),
+            Op::ChannelShuffle { groups } => write(ChannelShuffleSpec { groups: given(*groups) }),
+            Op::ChannelSlice { start, end } => write(ChannelSliceSpec { start: given(*start), end: given(*end) }),
             Op::Unsupported { op_type, output_shape } => {
                 write(UnsupportedSpec { op_type: given(op_type.clone()), output_shape: given(output_shape.clone()) })
             }
@@ -652,6 +660,19 @@ struct DropoutSpec {
 
 #[derive(Serialize, Deserialize, Default)]
 #[serde(default)]
+struct ChannelShuffleSpec {
+    groups: Field<usize>,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+#[serde(default)]
+struct ChannelSliceSpec {
+    start: Field<usize>,
+    end: Field<usize>,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+#[serde(default)]
 struct UnsupportedSpec {
     op_type: Field<String>,
     output_shape: Field<Vec<usize>>,
@@ -708,6 +729,8 @@ mod tests {
             Op::Cropping2d { cropping: [1, 1, 0, 0] },
             Op::Dropout { rate: 0.25 },
             Op::Unsupported { op_type: "Einsum".into(), output_shape: vec![2, 3] },
+            Op::ChannelShuffle { groups: 2 },
+            Op::ChannelSlice { start: 4, end: 8 },
         ];
         assert_eq!(ops.len(), LayerType::ALL.len());
         for op in ops {

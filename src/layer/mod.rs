@@ -257,6 +257,16 @@ pub enum Op {
         op_type: String,
         output_shape: Shape,
     },
+    /// ShuffleNet's channel shuffle: channels in `groups` groups, interleaved (channel `g · C/groups + k` moves
+    /// to `k · groups + g`); the shape is unchanged.
+    ChannelShuffle {
+        groups: usize,
+    },
+    /// Channels `start..end` of the input (ShuffleNet's channel split).
+    ChannelSlice {
+        start: usize,
+        end: usize,
+    },
 }
 
 /// The kind of an [`Op`], without hyperparameters: the key of data files and trained models.
@@ -280,10 +290,12 @@ pub enum LayerType {
     Cropping2d,
     Dropout,
     Unsupported,
+    ChannelShuffle,
+    ChannelSlice,
 }
 
 impl LayerType {
-    pub const ALL: [LayerType; 18] = [
+    pub const ALL: [LayerType; 20] = [
         LayerType::Conv2d,
         LayerType::DepthwiseConv2d,
         LayerType::Dense,
@@ -302,6 +314,9 @@ impl LayerType {
         LayerType::Cropping2d,
         LayerType::Dropout,
         LayerType::Unsupported,
+        // After `Unsupported`: the C ABI numbers layer types by their place here.
+        LayerType::ChannelShuffle,
+        LayerType::ChannelSlice,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -324,6 +339,8 @@ impl LayerType {
             LayerType::Cropping2d => "cropping2d",
             LayerType::Dropout => "dropout",
             LayerType::Unsupported => "unsupported",
+            LayerType::ChannelShuffle => "channel_shuffle",
+            LayerType::ChannelSlice => "channel_slice",
         }
     }
 
@@ -374,6 +391,8 @@ impl Op {
             Op::Cropping2d { .. } => LayerType::Cropping2d,
             Op::Dropout { .. } => LayerType::Dropout,
             Op::Unsupported { .. } => LayerType::Unsupported,
+            Op::ChannelShuffle { .. } => LayerType::ChannelShuffle,
+            Op::ChannelSlice { .. } => LayerType::ChannelSlice,
         }
     }
 

@@ -190,6 +190,17 @@ impl Op {
             }
             Op::ZeroPadding2d { padding } => at_most_max("padding", padding)?,
             Op::Cropping2d { cropping } => at_most_max("cropping", cropping)?,
+            Op::ChannelShuffle { groups } => {
+                if *groups == 0 || *groups > MAX_SIZE {
+                    return Err(LayerError::at("groups", format!("must be 1 to {MAX_SIZE}, got {groups}")));
+                }
+            }
+            Op::ChannelSlice { start, end } => {
+                at_most_max("end", &[*end])?;
+                if start >= end {
+                    return Err(LayerError::at("end", format!("must be above start ({start}), got {end}")));
+                }
+            }
             Op::Dropout { rate } => {
                 if !(0.0..1.0).contains(rate) {
                     return Err(LayerError::at("rate", format!("must be in [0, 1), got {rate}")));
@@ -360,6 +371,25 @@ impl Op {
                 vec![c, h - ch, w - cw]
             }
             Op::Unsupported { output_shape, .. } => output_shape.clone(),
+            Op::ChannelShuffle { groups } => {
+                let channels = image(inputs, "channel_shuffle")?[0];
+                if channels % groups != 0 {
+                    return Err(LayerError::at(
+                        "groups",
+                        format!("{groups} groups do not divide the input's {channels} channels"),
+                    ));
+                }
+                inputs[0].clone()
+            }
+            Op::ChannelSlice { start, end } => {
+                let channels = image(inputs, "channel_slice")?[0];
+                if *end > channels {
+                    return Err(LayerError::at("end", format!("{end} is beyond the input's {channels} channels")));
+                }
+                let mut shape = inputs[0].clone();
+                shape[0] = end - start;
+                shape
+            }
         })
     }
 }

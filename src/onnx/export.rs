@@ -349,6 +349,26 @@ impl GraphBuilder {
                 let axes = self.const_i64(format!("{name}/axes"), vec![2, 3]);
                 self.node(name.to_string(), "Slice", &[x, &starts, &ends, &axes], name, vec![]);
             }
+            Op::ChannelShuffle { groups } => {
+                // As PyTorch writes it: [N, g, C/g, H, W], swap the two channel axes, back to [N, C, H, W].
+                let (g, input) = (*groups as i64, dims_with_batch(self.batch, &shapes[0]));
+                let mut grouped = vec![input[0], g, input[1] / g];
+                grouped.extend(&input[2..]);
+                let grouped = self.const_i64(format!("{name}/grouped"), grouped);
+                let split = format!("{name}/split");
+                self.node(split.clone(), "Reshape", &[x, &grouped], &split, vec![]);
+                let perm: Vec<i64> = [0, 2, 1].into_iter().chain(3..input.len() as i64 + 1).collect();
+                let swapped = format!("{name}/swap");
+                self.node(swapped.clone(), "Transpose", &[&split], &swapped, vec![attr_ints("perm", &perm)]);
+                let back = self.const_i64(format!("{name}/shape"), input);
+                self.node(name.to_string(), "Reshape", &[&swapped, &back], name, vec![]);
+            }
+            Op::ChannelSlice { start, end } => {
+                let starts = self.const_i64(format!("{name}/starts"), vec![*start as i64]);
+                let ends = self.const_i64(format!("{name}/ends"), vec![*end as i64]);
+                let axes = self.const_i64(format!("{name}/axes"), vec![1]);
+                self.node(name.to_string(), "Slice", &[x, &starts, &ends, &axes], name, vec![]);
+            }
             Op::Dropout { rate } => {
                 let ratio = self.const_f32(format!("{name}/ratio"), vec![], vec![*rate as f32]);
                 self.node(name.to_string(), "Dropout", &[x, &ratio], name, vec![]);

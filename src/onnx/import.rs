@@ -67,6 +67,8 @@ enum Mapping {
     FuseBias(String),
     /// Global pooling: a layer, plus a `[C, 1, 1]` reshape when a consumer needs the spatial dims.
     GlobalPool(Op),
+    /// One layer per output of the node, each consuming its non-constant input.
+    Layers(Vec<Op>),
 }
 
 struct Importer<'a> {
@@ -205,9 +207,10 @@ impl<'a> Importer<'a> {
             let label = if node.name.is_empty() { outputs.first().map_or("", |s| s.as_str()) } else { &node.name };
             let base_name = if label.is_empty() { format!("{}_{index}", node.op_type) } else { label.to_string() };
             let gate = gates.gated.get(&index);
-            let dynamic: Vec<&String> = match gate {
-                Some((x, _)) => vec![x],
-                None => node.input.iter().filter(|s| !s.is_empty() && self.value(s).is_none()).collect(),
+            let shuffle = gates.shuffles.get(&index);
+            let dynamic: Vec<&String> = match (gate, shuffle) {
+                (Some((x, _)), _) | (None, Some((x, _))) => vec![x],
+                (None, None) => node.input.iter().filter(|s| !s.is_empty() && self.value(s).is_none()).collect(),
             };
             let mut sources = Vec::with_capacity(dynamic.len());
             for t in &dynamic {
@@ -221,13 +224,19 @@ impl<'a> Importer<'a> {
                     }
                 }
             }
-            let mapping = match gate {
-                Some((x, activation)) => Ok(self.activation_mapping(x, *activation, 2, &built)),
-                None => self.map_node(node, &dynamic, &built),
+            let mapping = match (gate, shuffle) {
+                (Some((x, activation)), _) => Ok(self.activation_mapping(x, *activation, 2, &built)),
+                (None, Some((_, groups))) => Ok(Mapping::Layer(Op::ChannelShuffle { groups: *groups })),
+                (None, None) => self.map_node(node, &dynamic, &built),
             };
             match mapping {
                 Ok(Mapping::Layer(op)) => {
                     built.add(base_name, op, sources, outputs[0]);
+                }
+                Ok(Mapping::Layers(ops)) => {
+                    for (k, (op, out)) in ops.into_iter().zip(&outputs).enumerate() {
+                        built.add(format!("{base_name}/out{k}"), op, sources.clone(), out);
+                    }
                 }
                 Ok(Mapping::GlobalPool(op)) => {
                     let name = built.add(base_name, op, sources, outputs[0]);
@@ -339,6 +348,10 @@ impl<'a> Importer<'a> {
     fn gate_patterns(&self) -> Gates {
         let mut gates = Gates::default();
         for (index, node) in self.graph.node.iter().enumerate() {
+            if let Some((x, groups, first, last)) = self.channel_shuffle_at(node) {
+                gates.absorbed.extend([first, index]);
+                gates.shuffles.insert(last, (x, groups));
+            }
             if node.op_type != "Mul" || node.input.len() != 2 {
                 continue;
             }
@@ -363,6 +376,36 @@ impl<'a> Importer<'a> {
             }
         }
         gates
+    }
+
+    /// `Reshape([N, C, H, W] → [N, g, C/g, H, W]) → Transpose(0, 2, 1, 3, 4) → Reshape(→ [N, C, H, W])` (how
+    /// PyTorch exports ShuffleNet's channel shuffle), `transpose` its middle node: the shuffled tensor, the
+    /// groups, the first Reshape's and the last Reshape's node indices.
+    fn channel_shuffle_at(&self, transpose: &NodeProto) -> Option<(String, usize, usize, usize)> {
+        if transpose.op_type != "Transpose" || transpose.get_attr_opt_vec::<i64>("perm").ok()?? != [0, 2, 1, 3, 4] {
+            return None;
+        }
+        let grouped = transpose.input.first()?;
+        let first = *self.producer.get(grouped.as_str())?;
+        let reshape = &self.graph.node[first];
+        let x = reshape.input.first()?;
+        let (shape, split) = (self.shape(x)?, self.shape(grouped)?);
+        let channels = shape.get(1).copied()?;
+        if reshape.op_type != "Reshape" || self.consumers(grouped) != 1 || shape.len() != 4 || split.len() != 5 {
+            return None;
+        }
+        let groups = split[1];
+        if groups == 0 || split[1] * split[2] != channels || split[0] != shape[0] || split[3..] != shape[2..] {
+            return None;
+        }
+        let out = transpose.output.first()?;
+        if self.consumers(out) != 1 {
+            return None;
+        }
+        let last = self.graph.node.iter().position(|n| n.input.iter().any(|i| i == out))?;
+        let back = &self.graph.node[last];
+        let back_shape = back.output.first().and_then(|o| self.shape(o))?;
+        (back.op_type == "Reshape" && back_shape == shape).then(|| (x.clone(), groups, first, last))
     }
 
     /// `Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)` (how PyTorch exports GELU, and how perfmodel exports it):
@@ -636,6 +679,27 @@ impl<'a> Importer<'a> {
                 single()?;
                 self.cropping(node, &in_shape)
             }
+            // Channels split into parts (ShuffleNet's channel split as the newer exporter writes it): one
+            // channel slice per output, their sizes as tract infers them.
+            "Split" if in_shape.len() == 4 => {
+                single()?;
+                let axis = node.get_attr_opt::<i64>("axis").map_err(attr_err)?.unwrap_or(0);
+                if axis != 1 && axis != -3 {
+                    return Err(format!("only a split of the channels is supported (axis {axis})"));
+                }
+                let mut start = 0;
+                let mut parts = Vec::new();
+                for out in node.output.iter().filter(|o| !o.is_empty()) {
+                    let shape = self.shape(out).ok_or("tract could not infer an output shape")?;
+                    let end = start + shape.get(1).copied().unwrap_or(0);
+                    if end == start || end > in_shape[1] {
+                        return Err(format!("a split part of {} channels is not supported", end - start));
+                    }
+                    parts.push(Op::ChannelSlice { start, end });
+                    start = end;
+                }
+                Ok(Mapping::Layers(parts))
+            }
             _ => Err("no perfmodel layer type for this op".into()),
         }
     }
@@ -745,6 +809,16 @@ impl Importer<'_> {
         let ends = constant(2)?.ok_or("missing ends")?;
         let axes = constant(3)?.unwrap_or_else(|| (0..starts.len() as i64).collect());
         let steps = constant(4)?.unwrap_or_else(|| vec![1; starts.len()]);
+        // Channels of one tensor (ShuffleNet's channel split, `x.chunk(2, dim=1)`).
+        if let ([1 | -3], [start], [end], [1]) = (axes.as_slice(), starts.as_slice(), ends.as_slice(), steps.as_slice())
+        {
+            let size = in_shape[1] as i64;
+            let clamp = |v: i64| if v < 0 { (v + size).max(0) } else { v.min(size) };
+            let (start, end) = (clamp(*start), clamp(*end));
+            if start < end {
+                return Ok(Mapping::Layer(Op::ChannelSlice { start: start as usize, end: end as usize }));
+            }
+        }
         let mut cropping = [0usize; 4];
         for (k, &axis) in axes.iter().enumerate() {
             let axis = if axis < 0 { axis + 4 } else { axis };
@@ -819,10 +893,13 @@ impl Built {
 
 #[derive(Default)]
 struct Gates {
-    /// Sigmoid / HardSigmoid nodes folded into the Mul that gates with them, and the inner nodes of GELUs.
+    /// Sigmoid / HardSigmoid nodes folded into the Mul that gates with them, the inner nodes of GELUs, and the
+    /// first Reshape and the Transpose of channel shuffles.
     absorbed: HashSet<usize>,
     /// Mul node → (gated tensor, activation).
     gated: HashMap<usize, (String, Activation)>,
+    /// The last Reshape of a channel shuffle → (the shuffled tensor, groups).
+    shuffles: HashMap<usize, (String, usize)>,
 }
 
 /// `HardSigmoid(alpha = 1/6, beta = 0.5)` is the gate of hard swish.
