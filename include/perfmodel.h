@@ -46,7 +46,8 @@ typedef enum pm_status {
     PM_ERR_OTHER = 8              /* any other library error */
 } pm_status;
 
-/* Layer types (pm_layer.type). Same order as the net.json "type" names. */
+/* Layer types (pm_layer.type). Same order as the net.json "type" names. Unsupported layers (17) and the
+   channel_shuffle and channel_slice types have no pm_layer fields: pass such networks as JSON. */
 typedef enum pm_layer_type {
     PM_CONV2D = 0,
     PM_DEPTHWISE_CONV2D = 1,
