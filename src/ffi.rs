@@ -302,19 +302,18 @@ unsafe fn op_from_c(layer: &PmLayer) -> Result<Op, LayerError> {
         Ok(Pool2d { pool_size, strides: pair("strides", layer.strides, pool_size)?, padding: padding()? })
     };
     let c_types = &LayerType::ALL[..C_LAYER_TYPES];
-    let layer_type =
-        usize::try_from(layer.layer_type).ok().and_then(|i| c_types.get(i).copied()).ok_or_else(|| {
-            let names: Vec<&str> = c_types.iter().map(|t| t.as_str()).collect();
-            LayerError::new(
-                Some("type"),
-                format!(
-                    "unknown pm_layer_type {} (0..{}: {}; other layer types need JSON)",
-                    layer.layer_type,
-                    C_LAYER_TYPES - 1,
-                    names.join(", ")
-                ),
-            )
-        })?;
+    let layer_type = usize::try_from(layer.layer_type).ok().and_then(|i| c_types.get(i).copied()).ok_or_else(|| {
+        let names: Vec<&str> = c_types.iter().map(|t| t.as_str()).collect();
+        LayerError::new(
+            Some("type"),
+            format!(
+                "unknown pm_layer_type {} (0..{}: {}; other layer types need JSON)",
+                layer.layer_type,
+                C_LAYER_TYPES - 1,
+                names.join(", ")
+            ),
+        )
+    })?;
     let op = match layer_type {
         LayerType::Conv2d => Op::Conv2d(Conv2d {
             filters: size("units", layer.units, 0)?,

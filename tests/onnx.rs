@@ -358,18 +358,28 @@ fn layer_ops(net: &Network) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// `tests/data/torch/NAME_torchscript.onnx` and `NAME_dynamo.onnx`, imported: they must make the same layers.
+/// Returns the TorchScript one and the directory.
+fn both_exports(name: &str) -> (Network, std::path::PathBuf) {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch");
+    let script = Network::load(data.join(format!("{name}_torchscript.onnx"))).unwrap();
+    let dynamo = Network::load(data.join(format!("{name}_dynamo.onnx"))).unwrap();
+    assert_eq!(layer_ops(&script), layer_ops(&dynamo));
+    (script, data)
+}
+
+fn layer_types(net: &Network) -> Vec<&'static str> {
+    net.layers.iter().map(|l| l.op.layer_type().as_str()).collect()
+}
+
 #[test]
 fn both_pytorch_exporters_import_to_the_same_network() {
     // tests/data/torch/make_fixtures.py: a squeeze-excite block (a mean over H and W kept 1x1), torch.cat of a
     // single tensor and a mean over H and W before the classifier, written by the TorchScript exporter (opset
     // 13) and by the newer one (opset 18, axes as inputs, weights in NAME.onnx.data beside the model).
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch");
-    let script = Network::load(data.join("tiny_se_torchscript.onnx")).unwrap();
-    let dynamo = Network::load(data.join("tiny_se_dynamo.onnx")).unwrap();
-    assert_eq!(layer_ops(&script), layer_ops(&dynamo));
-    let types: Vec<&str> = script.layers.iter().map(|l| l.op.layer_type().as_str()).collect();
+    let (script, data) = both_exports("tiny_se");
     assert_eq!(
-        types,
+        layer_types(&script),
         ["conv2d", "global_avg_pool2d", "reshape", "conv2d", "conv2d", "multiply", "global_avg_pool2d", "dense"]
     );
     // Run from another directory: the weights are found beside the model, not beside the caller.
@@ -387,13 +397,9 @@ fn both_pytorch_exporters_import_to_the_same_network() {
 fn a_shufflenet_unit_imports_from_both_exporters_and_runs() {
     // tests/data/torch/make_fixtures.py: a channel split (Slice from TorchScript, Split from the newer
     // exporter), a branch, a concat and a channel shuffle (Reshape, Transpose, Reshape).
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch");
-    let script = Network::load(data.join("tiny_shuffle_torchscript.onnx")).unwrap();
-    let dynamo = Network::load(data.join("tiny_shuffle_dynamo.onnx")).unwrap();
-    assert_eq!(layer_ops(&script), layer_ops(&dynamo));
-    let types: Vec<&str> = script.layers.iter().map(|l| l.op.layer_type().as_str()).collect();
+    let (script, data) = both_exports("tiny_shuffle");
     assert_eq!(
-        types,
+        layer_types(&script),
         ["conv2d", "channel_slice", "channel_slice", "conv2d", "depthwise_conv2d", "concat", "channel_shuffle"]
     );
     assert_eq!(script.layers[1].op, Op::ChannelSlice { start: 0, end: 8 });
