@@ -23,3 +23,29 @@ pub fn write_atomic(path: impl AsRef<Path>, bytes: &[u8]) -> Result<()> {
     tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
     Ok(())
 }
+
+/// An exclusive advisory lock on a file, held until dropped (the kernel releases it when the process dies, so a
+/// killed process leaves nothing to clean up).
+#[derive(Debug)]
+pub struct Lock {
+    _file: std::fs::File,
+}
+
+/// Take the lock of `path` (created, with its directory, if missing) without waiting; `held_by_another` words
+/// the error when another process holds it.
+pub fn try_lock(path: &Path, held_by_another: impl FnOnce() -> String) -> Result<Lock> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Lock { _file: file }),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Invalid(held_by_another())),
+        Err(std::fs::TryLockError::Error(e)) => Err(Error::io(path, e)),
+    }
+}

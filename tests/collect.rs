@@ -461,3 +461,23 @@ fn a_quick_collection_then_a_full_one_measures_every_row_once() {
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!((rows[0].batch, rows[0].status), (1, Status::Failed));
 }
+
+#[test]
+fn a_second_collection_into_the_same_data_is_refused_while_the_first_runs() {
+    let configs = small_mix();
+    let s = Setup::new(&configs, 5.0);
+    // What a running collection holds (the kernel drops it when that process dies).
+    let lock = perfmodel::fsio::try_lock(&s.path("data/tiny/.collect.lock"), String::new).unwrap();
+    let out = s.run(&[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("another perfmodel process is collecting into") && stderr.contains("tiny"), "{stderr}");
+    assert!(!s.path("data/tiny/conv2d.csv").exists() && !s.path("data/tiny/dense.csv").exists());
+    // So is a re-measurement of the same device.
+    let out = s.run(&["--remeasure", "2"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    drop(lock);
+    let out = s.run(&[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(all_keys(&s.rows("data/tiny")).len(), 8);
+}

@@ -526,6 +526,8 @@ pub fn collect(
     if let Some(shard) = options.shard {
         device_dir = device_dir.join(shard.dir_name());
     }
+    // Two collections into the same files would measure the same configs and interleave their rows.
+    let _lock = collection_lock(&device_dir)?;
     write_atomic(device_dir.join("profile.toml"), profile.to_toml()?.as_bytes())?;
 
     let mut seen = HashSet::new();
@@ -703,6 +705,19 @@ pub struct Remeasurement {
     pub load_average: (Option<String>, Option<String>),
 }
 
+/// The lock a collection (or a re-measurement) holds on a device's data directory while it runs.
+fn collection_lock(device_dir: &Path) -> Result<crate::fsio::Lock> {
+    let path = device_dir.join(".collect.lock");
+    crate::fsio::try_lock(&path, || {
+        format!(
+            "another perfmodel process is collecting into {} (it holds {}); wait for it to finish, or split a \
+             collection across processes with --shard",
+            device_dir.display(),
+            path.display()
+        )
+    })
+}
+
 fn load_average() -> Option<String> {
     std::fs::read_to_string("/proc/loadavg").ok().map(|s| s.trim().to_string())
 }
@@ -718,6 +733,7 @@ pub fn remeasure(
     observer: &mut dyn Observer,
 ) -> Result<Remeasurement> {
     profile.check_host(crate::device::Fingerprint::of_host())?;
+    let _lock = collection_lock(&data_dir.join(&profile.name))?;
     let stored: Vec<Sample> = data::read_device(data_dir, &profile.name)?
         .into_values()
         .flatten()

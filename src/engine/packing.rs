@@ -232,7 +232,7 @@ impl TileWalk {
         // Super-blocks of `outer` (the last ones narrower); a super-column one panel wide keeps its column
         // loaded from one super-row to the next.
         let splits =
-            |len: u64| -> [(u64, u64); 2] { [(len / outer, outer), (u64::from(len % outer > 0), len % outer)] };
+            |len: u64| -> [(u64, u64); 2] { [(len / outer, outer), (u64::from(!len.is_multiple_of(outer)), len % outer)] };
         let mut loads = 0u64;
         for (columns, w) in splits(np) {
             if columns == 0 {
@@ -314,7 +314,7 @@ impl ConvShape {
         let direct = self.groups == 1
             && self.in_channels.saturating_mul(kernel_volume) <= 576
             && tract_linalg::routines::conv_w4_f32().is_some()
-            && (self.filters % 4 == 0 || tract_linalg::routines::depthwise_w_f32().is_some())
+            && (self.filters.is_multiple_of(4) || tract_linalg::routines::depthwise_w_f32().is_some())
             && self.in_width >= 128
             && self.out[1] >= 128;
         if direct {

@@ -190,10 +190,8 @@ impl Op {
             }
             Op::ZeroPadding2d { padding } => at_most_max("padding", padding)?,
             Op::Cropping2d { cropping } => at_most_max("cropping", cropping)?,
-            Op::ChannelShuffle { groups } => {
-                if *groups == 0 || *groups > MAX_SIZE {
-                    return Err(LayerError::at("groups", format!("must be 1 to {MAX_SIZE}, got {groups}")));
-                }
+            Op::ChannelShuffle { groups } if *groups == 0 || *groups > MAX_SIZE => {
+                return Err(LayerError::at("groups", format!("must be 1 to {MAX_SIZE}, got {groups}")));
             }
             Op::ChannelSlice { start, end } => {
                 at_most_max("end", &[*end])?;
@@ -302,7 +300,7 @@ impl Op {
                 let mut out: Shape = Vec::with_capacity(target_shape.len());
                 for &d in target_shape {
                     if d == -1 {
-                        if known == 0 || total % known != 0 {
+                        if known == 0 || !total.is_multiple_of(known) {
                             return Err(LayerError::at(
                                 "target_shape",
                                 format!("cannot reshape {:?} ({total} elements) to {target_shape:?}", inputs[0]),
@@ -373,7 +371,7 @@ impl Op {
             Op::Unsupported { output_shape, .. } => output_shape.clone(),
             Op::ChannelShuffle { groups } => {
                 let channels = image(inputs, "channel_shuffle")?[0];
-                if channels % groups != 0 {
+                if !channels.is_multiple_of(*groups) {
                     return Err(LayerError::at(
                         "groups",
                         format!("{groups} groups do not divide the input's {channels} channels"),
