@@ -76,6 +76,28 @@ fn bench_refuses_a_network_larger_than_memory() {
     assert!(!err.contains("panicked") && !err.contains("memory allocation"), "{err}");
 }
 
+#[test]
+fn bench_refuses_a_network_larger_than_its_address_space_limit() {
+    if std::fs::read_to_string("/proc/self/status").is_err() {
+        eprintln!("SKIPPED bench_refuses_a_network_larger_than_its_address_space_limit: no /proc on this system");
+        return;
+    }
+    // 3 + 16 channels of 8000x8000: 4.5 GiB of tensors, more than a 3 GiB address space, less than this machine.
+    let dir = tempfile::tempdir().unwrap();
+    let big = r#"{"name": "big", "input_shape": [3, 8000, 8000],
+      "layers": [{"name": "c", "type": "conv2d", "filters": 16, "kernel": 1}]}"#;
+    std::fs::write(dir.path().join("big.json"), big).unwrap();
+    let out = std::process::Command::new("sh")
+        .current_dir(dir.path())
+        .args(["-c", "ulimit -v 3145728 && exec \"$0\" bench big.json --rounds 1", env!("CARGO_BIN_EXE_perfmodel")])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("big") && err.contains("GiB") && err.contains("available"), "{err}");
+    assert!(!err.contains("panicked") && !err.contains("memory allocation"), "{err}");
+}
+
 /// The built model holds the weights as tract packs them for this machine's kernels (what the memory models
 /// count, `engine::packing`), the input and a small plan, and the node trace accounts for the run's peak.
 #[test]

@@ -411,11 +411,26 @@ fn check_fits_in_memory(network: &Network, available_bytes: Option<u64>) -> Resu
 }
 
 /// `MemAvailable` from `/proc/meminfo` (Linux), `None` where it cannot be read.
+/// What this process can still allocate: the machine's available memory, or less when the process runs under an
+/// address-space limit (`ulimit -v`, a container's), which a large network would otherwise hit inside the
+/// allocator.
 fn available_memory_bytes() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    let kib_of = |text: &str, key: &str| -> Option<u64> {
+        let line = text.lines().find(|l| l.starts_with(key))?;
+        line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kib| kib * 1024)
+    };
+    let machine = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| kib_of(&m, "MemAvailable:"));
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct it is given and nothing else.
+    let limited = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } == 0 && limit.rlim_cur != libc::RLIM_INFINITY;
+    let process = limited.then(|| {
+        let used = std::fs::read_to_string("/proc/self/status").ok().and_then(|s| kib_of(&s, "VmSize:"));
+        (limit.rlim_cur as u64).saturating_sub(used.unwrap_or(0))
+    });
+    match (machine, process) {
+        (Some(m), Some(p)) => Some(m.min(p)),
+        (m, p) => m.or(p),
+    }
 }
 
 /// Heap around every node one run evaluated, in order: (node id, live bytes before, highest while it ran, live

@@ -231,8 +231,9 @@ impl TileWalk {
         };
         // Super-blocks of `outer` (the last ones narrower); a super-column one panel wide keeps its column
         // loaded from one super-row to the next.
-        let splits =
-            |len: u64| -> [(u64, u64); 2] { [(len / outer, outer), (u64::from(!len.is_multiple_of(outer)), len % outer)] };
+        let splits = |len: u64| -> [(u64, u64); 2] {
+            [(len / outer, outer), (u64::from(!len.is_multiple_of(outer)), len % outer)]
+        };
         let mut loads = 0u64;
         for (columns, w) in splits(np) {
             if columns == 0 {
