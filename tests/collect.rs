@@ -481,3 +481,30 @@ fn a_second_collection_into_the_same_data_is_refused_while_the_first_runs() {
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(all_keys(&s.rows("data/tiny")).len(), 8);
 }
+
+#[test]
+fn a_layer_larger_than_the_process_may_allocate_is_a_failed_sample_with_the_sizes() {
+    if std::fs::read_to_string("/proc/self/status").is_err() {
+        eprintln!("SKIPPED: no /proc on this system");
+        return;
+    }
+    // 3 + 16 channels of 8000x8000: 4.5 GiB, more than a 3 GiB address space; the dense layer still runs.
+    let huge = json!({"type": "conv2d", "filters": 16, "kernel": [1, 1], "input_shapes": [[3, 8000, 8000]],
+                      "batch_size": 1});
+    let s = Setup::new(&[huge, dense(8, 4)], 5.0);
+    let out = Command::new("sh")
+        .current_dir(s.dir.path())
+        .args([
+            "-c",
+            "ulimit -v 3145728 && exec \"$0\" collect --device tiny --configs configs.json --data-dir data \
+                      --collectors-dir collectors",
+        ])
+        .arg(env!("CARGO_BIN_EXE_perfmodel"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let rows = s.rows("data/tiny");
+    let conv = &rows[&LayerType::Conv2d];
+    assert!(conv.iter().all(|r| r.status == Status::Failed && r.reason.contains("GiB")), "{conv:?}");
+    assert!(rows[&LayerType::Dense].iter().all(|r| r.status == Status::Ok), "{rows:?}");
+}

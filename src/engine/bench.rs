@@ -414,7 +414,7 @@ fn check_fits_in_memory(network: &Network, available_bytes: Option<u64>) -> Resu
 /// What this process can still allocate: the machine's available memory, or less when the process runs under an
 /// address-space limit (`ulimit -v`, a container's), which a large network would otherwise hit inside the
 /// allocator.
-fn available_memory_bytes() -> Option<u64> {
+pub(super) fn available_memory_bytes() -> Option<u64> {
     let kib_of = |text: &str, key: &str| -> Option<u64> {
         let line = text.lines().find(|l| l.starts_with(key))?;
         line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kib| kib * 1024)
