@@ -134,13 +134,15 @@ impl TractExecutor {
     /// The concrete tract workload of one layer config.
     pub fn layer_workload(&self, config: &LayerConfig) -> Result<TractWorkload> {
         // Refused before anything is allocated: a layer too large for this process fails inside the allocator.
-        if let (Ok(cost), Some(available)) = (config.cost(), bench::available_memory_bytes()) {
+        // Against what the process could ever have, not what is free now: a collection records the refusal as
+        // a failed sample for good.
+        if let (Ok(cost), Some(available)) = (config.cost(), bench::memory_limit_bytes()) {
             let needed = (cost.input_elems + cost.output_elems + cost.weight_elems).saturating_mul(4);
             if needed > available {
                 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
                 return Err(Error::Executor(format!(
-                    "the {} layer needs at least {:.1} GiB (its inputs, output and weights), only {:.1} GiB of \
-                     memory is available here",
+                    "the {} layer needs at least {:.1} GiB (its inputs, output and weights), more than the {:.1} \
+                     GiB this process may allocate here",
                     config.layer_type(),
                     needed as f64 / GIB,
                     available as f64 / GIB

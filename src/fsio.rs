@@ -32,7 +32,8 @@ pub struct Lock {
 }
 
 /// Take the lock of `path` (created, with its directory, if missing) without waiting; `held_by_another` words
-/// the error when another process holds it.
+/// the error when another process holds it. On a filesystem without file locks (some network and FUSE mounts)
+/// the lock is not held, and the caller goes on as before there were locks.
 pub fn try_lock(path: &Path, held_by_another: impl FnOnce() -> String) -> Result<Lock> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
@@ -46,6 +47,12 @@ pub fn try_lock(path: &Path, held_by_another: impl FnOnce() -> String) -> Result
     match file.try_lock() {
         Ok(()) => Ok(Lock { _file: file }),
         Err(std::fs::TryLockError::WouldBlock) => Err(Error::Invalid(held_by_another())),
+        Err(std::fs::TryLockError::Error(e)) if unsupported(&e) => Ok(Lock { _file: file }),
         Err(std::fs::TryLockError::Error(e)) => Err(Error::io(path, e)),
     }
+}
+
+/// Whether a lock error says the filesystem has no locks.
+fn unsupported(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::Unsupported || matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::ENOLCK))
 }

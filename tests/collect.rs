@@ -465,17 +465,30 @@ fn a_quick_collection_then_a_full_one_measures_every_row_once() {
 #[test]
 fn a_second_collection_into_the_same_data_is_refused_while_the_first_runs() {
     let configs = small_mix();
-    let s = Setup::new(&configs, 5.0);
+    let s = Setup::new(&configs[..2], 5.0);
+    let out = s.run(&[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let before = std::fs::read(s.path("data/tiny/conv2d.csv")).unwrap();
     // What a running collection holds (the kernel drops it when that process dies).
     let lock = perfmodel::fsio::try_lock(&s.path("data/tiny/.collect.lock"), String::new).unwrap();
-    let out = s.run(&[]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("another perfmodel process is collecting into") && stderr.contains("tiny"), "{stderr}");
-    assert!(!s.path("data/tiny/conv2d.csv").exists() && !s.path("data/tiny/dense.csv").exists());
-    // So is a re-measurement of the same device.
-    let out = s.run(&["--remeasure", "2"]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let refused = |out: &Output| {
+        assert_eq!(out.status.code(), Some(2), "{}", text(out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("another perfmodel process is collecting into"), "{stderr}");
+    };
+    std::fs::write(
+        s.path("configs.json"),
+        serde_json::to_string(&json!({"seed": 1, "batch_sizes": [1, 2], "configs": configs
+            .iter()
+            .map(|c| json!({"config": c, "source": "test", "count": 1}))
+            .collect::<Vec<_>>()}))
+        .unwrap(),
+    )
+    .unwrap();
+    refused(&s.run(&[]));
+    // So is a re-measurement of the device's stored samples.
+    refused(&s.run(&["--remeasure", "2"]));
+    assert_eq!(std::fs::read(s.path("data/tiny/conv2d.csv")).unwrap(), before, "nothing is written while refused");
     drop(lock);
     let out = s.run(&[]);
     assert!(out.status.success(), "{}", text(&out));

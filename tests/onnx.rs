@@ -405,11 +405,22 @@ fn a_shufflenet_unit_imports_from_both_exporters_and_runs() {
     assert_eq!(script.layers[1].op, Op::ChannelSlice { start: 0, end: 8 });
     assert_eq!(script.layers[2].op, Op::ChannelSlice { start: 8, end: 16 });
     assert_eq!(script.layers[6].op, Op::ChannelShuffle { groups: 2 });
+    // The first half goes straight to the concat, the second through the branch.
+    let name = |i: usize| script.layers[i].name.clone();
+    assert_eq!(script.layers[3].inputs, vec![name(2)]);
+    assert_eq!(script.layers[5].inputs, vec![name(1), name(4)]);
     // The engine runs what the import made, and the estimate prices the new layers by their memory traffic.
     let dir = tempfile::tempdir().unwrap();
     let net = data.join("tiny_shuffle_dynamo.onnx");
     let out = perfmodel(dir.path(), &["bench", net.to_str().unwrap(), "--rounds", "2", "--warmup", "1"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let est = perfmodel(dir.path(), &["estimate", net.to_str().unwrap(), "--method", "paleo", "--device", "xeon480"]);
+    let est = perfmodel(dir.path(), &["estimate", net.to_str().unwrap(), "--device", "xeon480", "--format", "json"]);
     assert!(est.status.success(), "{}", stderr(&est));
+    let v: serde_json::Value = serde_json::from_slice(&est.stdout).unwrap();
+    for layer in v["layers"].as_array().unwrap() {
+        if layer["type"] == "channel_shuffle" || layer["type"] == "channel_slice" {
+            assert_eq!(layer["predictor"], "analytic:bandwidth", "{layer}");
+            assert!(layer["latency_ms"].as_f64().unwrap() > 0.0, "{layer}");
+        }
+    }
 }

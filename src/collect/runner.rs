@@ -710,8 +710,8 @@ fn collection_lock(device_dir: &Path) -> Result<crate::fsio::Lock> {
     let path = device_dir.join(".collect.lock");
     crate::fsio::try_lock(&path, || {
         format!(
-            "another perfmodel process is collecting into {} (it holds {}); wait for it to finish, or split a \
-             collection across processes with --shard",
+            "another perfmodel process is collecting into {} (it holds {}); wait for it to finish (a collection is \
+             split across machines with --shard, not across processes on one)",
             device_dir.display(),
             path.display()
         )
@@ -733,12 +733,9 @@ pub fn remeasure(
     observer: &mut dyn Observer,
 ) -> Result<Remeasurement> {
     profile.check_host(crate::device::Fingerprint::of_host())?;
+    let stored = data::read_device(data_dir, &profile.name)?;
     let _lock = collection_lock(&data_dir.join(&profile.name))?;
-    let stored: Vec<Sample> = data::read_device(data_dir, &profile.name)?
-        .into_values()
-        .flatten()
-        .filter(|s| s.status == Status::Ok)
-        .collect();
+    let stored: Vec<Sample> = stored.into_values().flatten().filter(|s| s.status == Status::Ok).collect();
     if stored.is_empty() {
         return Err(Error::Device {
             device: profile.name.clone(),

@@ -410,27 +410,47 @@ fn check_fits_in_memory(network: &Network, available_bytes: Option<u64>) -> Resu
     )))
 }
 
-/// `MemAvailable` from `/proc/meminfo` (Linux), `None` where it cannot be read.
 /// What this process can still allocate: the machine's available memory, or less when the process runs under an
-/// address-space limit (`ulimit -v`, a container's), which a large network would otherwise hit inside the
-/// allocator.
+/// address-space limit (`ulimit -v`), which a large network would otherwise hit inside the allocator. Changes
+/// with what else runs: right for refusing a run now, not for recording a layer as impossible.
 pub(super) fn available_memory_bytes() -> Option<u64> {
-    let kib_of = |text: &str, key: &str| -> Option<u64> {
-        let line = text.lines().find(|l| l.starts_with(key))?;
-        line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kib| kib * 1024)
-    };
-    let machine = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| kib_of(&m, "MemAvailable:"));
+    smaller(meminfo_bytes("MemAvailable:"), address_space_left_bytes())
+}
+
+/// What this process could ever allocate: the machine's memory, or its address-space limit.
+pub(super) fn memory_limit_bytes() -> Option<u64> {
+    smaller(meminfo_bytes("MemTotal:"), address_space_left_bytes())
+}
+
+fn smaller(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// A `/proc` line's size in kB, as bytes.
+fn kib_line(text: &str, key: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(key))?;
+    line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kib| kib.saturating_mul(1024))
+}
+
+fn meminfo_bytes(key: &str) -> Option<u64> {
+    kib_line(&std::fs::read_to_string("/proc/meminfo").ok()?, key)
+}
+
+/// What is left of the soft address-space limit (`RLIMIT_AS`), when there is one.
+fn address_space_left_bytes() -> Option<u64> {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes the struct it is given and nothing else.
     let limited = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } == 0 && limit.rlim_cur != libc::RLIM_INFINITY;
-    let process = limited.then(|| {
-        let used = std::fs::read_to_string("/proc/self/status").ok().and_then(|s| kib_of(&s, "VmSize:"));
-        (limit.rlim_cur as u64).saturating_sub(used.unwrap_or(0))
-    });
-    match (machine, process) {
-        (Some(m), Some(p)) => Some(m.min(p)),
-        (m, p) => m.or(p),
-    }
+    limited.then(|| {
+        let used = std::fs::read_to_string("/proc/self/status").ok().and_then(|s| kib_line(&s, "VmSize:"));
+        // rlim_t is u64 here, narrower on 32-bit targets.
+        #[allow(clippy::unnecessary_cast)]
+        let limit = limit.rlim_cur as u64;
+        limit.saturating_sub(used.unwrap_or(0))
+    })
 }
 
 /// Heap around every node one run evaluated, in order: (node id, live bytes before, highest while it ran, live

@@ -395,14 +395,18 @@ impl<'a> Importer<'a> {
             return None;
         }
         let groups = split[1];
-        if groups == 0 || split[1] * split[2] != channels || split[0] != shape[0] || split[3..] != shape[2..] {
+        if groups == 0
+            || split[1].checked_mul(split[2]) != Some(channels)
+            || split[0] != shape[0]
+            || split[3..] != shape[2..]
+        {
             return None;
         }
         let out = transpose.output.first()?;
         if self.consumers(out) != 1 {
             return None;
         }
-        let last = self.graph.node.iter().position(|n| n.input.iter().any(|i| i == out))?;
+        let last = self.graph.node.iter().position(|n| n.input.first() == Some(out))?;
         let back = &self.graph.node[last];
         let back_shape = back.output.first().and_then(|o| self.shape(o))?;
         (back.op_type == "Reshape" && back_shape == shape).then(|| (x.clone(), groups, first, last))
@@ -689,7 +693,10 @@ impl<'a> Importer<'a> {
                 }
                 let mut start = 0;
                 let mut parts = Vec::new();
-                for out in node.output.iter().filter(|o| !o.is_empty()) {
+                if node.output.iter().any(|o| o.is_empty()) {
+                    return Err("a split with an unnamed output is not supported".into());
+                }
+                for out in &node.output {
                     let shape = self.shape(out).ok_or("tract could not infer an output shape")?;
                     let end = start + shape.get(1).copied().unwrap_or(0);
                     if end == start || end > in_shape[1] {
