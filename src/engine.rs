@@ -139,13 +139,12 @@ impl TractExecutor {
         if let (Ok(cost), Some(available)) = (config.cost(), bench::memory_limit_bytes()) {
             let needed = (cost.input_elems + cost.output_elems + cost.weight_elems).saturating_mul(4);
             if needed > available {
-                const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
                 return Err(Error::Executor(format!(
                     "the {} layer needs at least {:.1} GiB (its inputs, output and weights), more than the {:.1} \
                      GiB this process may allocate here",
                     config.layer_type(),
-                    needed as f64 / GIB,
-                    available as f64 / GIB
+                    needed as f64 / crate::units::GIB,
+                    available as f64 / crate::units::GIB
                 )));
             }
         }

@@ -56,3 +56,16 @@ pub fn try_lock(path: &Path, held_by_another: impl FnOnce() -> String) -> Result
 fn unsupported(e: &std::io::Error) -> bool {
     e.kind() == std::io::ErrorKind::Unsupported || matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::ENOLCK))
 }
+
+/// The `*.json` files directly in `dir`, sorted.
+pub fn json_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut paths = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let path = entry.map_err(|e| Error::io(dir, e))?.path();
+        if path.is_file() && path.extension().is_some_and(|e| e == "json") {
+            paths.push(path);
+        }
+    }
+    paths.sort();
+    Ok(paths)
+}

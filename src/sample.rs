@@ -16,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// One sampled config at batch 1; the collector expands it to every batch size of the set.
 #[derive(Debug, Clone, PartialEq)]
@@ -171,15 +171,7 @@ const RESOLUTION_TYPES: [LayerType; 6] = [
 /// The networks sampling reads: every `*.json` directly in `zoo_dir` (not its `holdout/` subdirectory), sorted
 /// by file name. Config sets written by the sampler into the same directory are skipped.
 pub fn load_zoo_dir(zoo_dir: &Path) -> Result<Vec<Network>> {
-    let entries = std::fs::read_dir(zoo_dir).map_err(|e| Error::io(zoo_dir, e))?;
-    let mut paths: Vec<PathBuf> = Vec::new();
-    for entry in entries {
-        let path = entry.map_err(|e| Error::io(zoo_dir, e))?.path();
-        if path.is_file() && path.extension().is_some_and(|e| e == "json") {
-            paths.push(path);
-        }
-    }
-    paths.sort();
+    let paths = crate::fsio::json_files(zoo_dir)?;
     let mut nets = Vec::with_capacity(paths.len());
     for path in paths {
         let value = read_json(&path)?;

@@ -3,3 +3,6 @@
 
 /// Bytes per MiB.
 pub const MIB: f64 = 1024.0 * 1024.0;
+
+/// Bytes per GiB.
+pub const GIB: f64 = 1024.0 * MIB;

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use crate::stats::median;
-use crate::units::MIB;
+use crate::units::{GIB, MIB};
 
 /// Rounds whose room is reserved up front (more grow as they run): an absurd round count is not an allocation.
 const PREALLOCATED_ROUNDS: usize = 1024;
@@ -399,7 +399,6 @@ fn check_fits_in_memory(network: &Network, available_bytes: Option<u64>) -> Resu
     if needed <= available {
         return Ok(());
     }
-    const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
     Err(Error::Executor(format!(
         "network '{}' (batch {}) needs at least {:.1} GiB (weights plus the largest layer's input and output), \
          only {:.1} GiB of memory is available here",

@@ -68,17 +68,8 @@ pub fn zoo_networks(zoo: &Path) -> Result<Vec<PathBuf>> {
 
 /// The `*.json` files directly in `dir` except `configs.json`, sorted.
 fn json_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let io = |cause| Error::Io { path: dir.to_path_buf(), cause };
-    let mut nets = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(io)? {
-        let path = entry.map_err(io)?.path();
-        let is_net =
-            path.extension().is_some_and(|e| e == "json") && path.file_name().is_some_and(|n| n != "configs.json");
-        if is_net && path.is_file() {
-            nets.push(path);
-        }
-    }
-    nets.sort();
+    let mut nets = crate::fsio::json_files(dir)?;
+    nets.retain(|p| p.file_name().is_some_and(|n| n != "configs.json"));
     Ok(nets)
 }
 
