@@ -10,8 +10,11 @@
 //! device profile's `threads` is what the measurement uses (and other executors in the process are unaffected).
 
 mod bench;
+pub mod onnxruntime;
 pub mod packing;
 pub mod rules;
+
+pub use onnxruntime::{GraphOptimization, OrtExecutor};
 
 pub use bench::{
     profile_network, profile_networks, profile_networks_between, profile_networks_observed, BenchObserver, BenchStep,
@@ -57,10 +60,75 @@ pub fn time_runs(
 pub trait Executor: Send + Sync {
     /// Engine name and version, recorded as provenance (e.g. `tract 0.23.9`).
     fn describe(&self) -> String;
+    /// Threads one workload runs on.
+    fn threads(&self) -> usize;
+    /// Whether the engine allocates on the C heap (C++ engines), which only the binary's C-heap counter sees
+    /// ([`crate::collect::alloc::counts_foreign_heap`]).
+    fn allocates_outside_rust(&self) -> bool {
+        false
+    }
     /// Build a single-layer workload for a config.
     fn prepare_layer(&self, config: &LayerConfig) -> Result<Box<dyn Workload>>;
     /// Build a whole-network workload.
     fn prepare_network(&self, network: &Network) -> Result<Box<dyn Workload>>;
+    /// Build `network` for `perfmodel bench`: its memory measured, built and warmed up, ready for timed and
+    /// instrumented rounds.
+    fn bench_network<'a>(
+        &'a self,
+        network: &'a Network,
+        rounds: usize,
+        warmup: usize,
+    ) -> Result<Box<dyn NetworkBench + 'a>>;
+}
+
+/// One network being benchmarked by an engine (see [`profile_networks_observed`]): rounds accumulate until
+/// [`NetworkBench::finish`].
+pub trait NetworkBench {
+    /// One timed whole-network run, without instrumentation.
+    fn timed_run(&mut self) -> Result<()>;
+    /// One run timed node by node, for the per-layer times.
+    fn instrumented_run(&mut self) -> Result<()>;
+    /// The profile of the rounds run so far.
+    fn finish(self: Box<Self>) -> Result<NetworkProfile>;
+}
+
+/// The executor a device profile asks for: its engine, threads and engine settings.
+pub fn executor_for(profile: &crate::collect::DeviceProfile) -> Result<Box<dyn Executor>> {
+    match profile.executor.as_str() {
+        "onnxruntime" => {
+            Ok(Box::new(OrtExecutor::new(profile.threads, profile.graph_optimization.unwrap_or_default())?))
+        }
+        _ => Ok(Box::new(TractExecutor::new(profile.threads)?)),
+    }
+}
+
+/// Threads between 1 and [`MAX_THREADS`].
+fn check_threads(threads: usize) -> Result<()> {
+    if threads == 0 || threads > MAX_THREADS {
+        return Err(Error::Executor(format!(
+            "threads must be between 1 and {MAX_THREADS}, got {threads} (set threads in the device profile)"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuse a layer too large for this process before anything is allocated: it would fail inside the allocator.
+/// Against what the process could ever have, not what is free now: a collection records the refusal as a
+/// failed sample for good.
+fn check_layer_fits(config: &LayerConfig) -> Result<()> {
+    if let (Ok(cost), Some(available)) = (config.cost(), bench::memory_limit_bytes()) {
+        let needed = (cost.input_elems + cost.output_elems + cost.weight_elems).saturating_mul(4);
+        if needed > available {
+            return Err(Error::Executor(format!(
+                "the {} layer needs at least {:.1} GiB (its inputs, output and weights), more than the {:.1} GiB \
+                 this process may allocate here",
+                config.layer_type(),
+                needed as f64 / crate::units::GIB,
+                available as f64 / crate::units::GIB
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The tract version this crate is built against (tract exposes none at run time; a test checks it against
@@ -81,11 +149,7 @@ impl TractExecutor {
     /// An executor running tract on `threads` threads (1 = tract's plain single-threaded path).
     pub fn new(threads: usize) -> Result<TractExecutor> {
         use tract_linalg::multithread::Executor as Pool;
-        if threads == 0 || threads > MAX_THREADS {
-            return Err(Error::Executor(format!(
-                "threads must be between 1 and {MAX_THREADS}, got {threads} (set threads in the device profile)"
-            )));
-        }
+        check_threads(threads)?;
         let pool = if threads == 1 {
             Pool::SingleThread
         } else {
@@ -133,21 +197,7 @@ impl TractExecutor {
 
     /// The concrete tract workload of one layer config.
     pub fn layer_workload(&self, config: &LayerConfig) -> Result<TractWorkload> {
-        // Refused before anything is allocated: a layer too large for this process fails inside the allocator.
-        // Against what the process could ever have, not what is free now: a collection records the refusal as
-        // a failed sample for good.
-        if let (Ok(cost), Some(available)) = (config.cost(), bench::memory_limit_bytes()) {
-            let needed = (cost.input_elems + cost.output_elems + cost.weight_elems).saturating_mul(4);
-            if needed > available {
-                return Err(Error::Executor(format!(
-                    "the {} layer needs at least {:.1} GiB (its inputs, output and weights), more than the {:.1} \
-                     GiB this process may allocate here",
-                    config.layer_type(),
-                    needed as f64 / crate::units::GIB,
-                    available as f64 / crate::units::GIB
-                )));
-            }
-        }
+        check_layer_fits(config)?;
         let exported = export_layer(config)?;
         TractWorkload::build(&exported, &format!("{} layer", config.layer_type()), self.pool.clone())
     }
@@ -189,12 +239,25 @@ impl Executor for TractExecutor {
         format!("tract {TRACT_VERSION}")
     }
 
+    fn threads(&self) -> usize {
+        self.threads
+    }
+
     fn prepare_layer(&self, config: &LayerConfig) -> Result<Box<dyn Workload>> {
         Ok(Box::new(self.layer_workload(config)?))
     }
 
     fn prepare_network(&self, network: &Network) -> Result<Box<dyn Workload>> {
         Ok(Box::new(self.network_workload(network)?))
+    }
+
+    fn bench_network<'a>(
+        &'a self,
+        network: &'a Network,
+        rounds: usize,
+        warmup: usize,
+    ) -> Result<Box<dyn NetworkBench + 'a>> {
+        Ok(Box::new(bench::TractNetworkBench::new(self, network, rounds, warmup)?))
     }
 }
 

@@ -73,6 +73,10 @@ pub enum Error {
     #[error("executor: {0}")]
     Executor(String),
 
+    /// An engine the command needs is not installed or cannot be loaded (the message says how to install it).
+    #[error("{0}")]
+    EngineUnavailable(String),
+
     /// An ONNX graph could not be imported.
     #[error("{file}: {message}")]
     Onnx { file: String, message: String },

@@ -52,7 +52,7 @@ impl PmStatus {
             Error::Device { .. } => PmStatus::Device,
             Error::Io { .. } => PmStatus::Io,
             Error::Invalid(_) => PmStatus::InvalidArgument,
-            Error::Sensor { .. } | Error::Executor(_) => PmStatus::Other,
+            Error::Sensor { .. } | Error::Executor(_) | Error::EngineUnavailable(_) => PmStatus::Other,
         }
     }
 }

@@ -1,5 +1,7 @@
 //! The `perfmodel` command: a thin shell over the library (see `cli/`).
 
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+mod c_heap;
 mod cli;
 
 /// Counts heap bytes so `perfmodel collect` can measure the memory a layer needs.
@@ -7,6 +9,8 @@ mod cli;
 static ALLOCATOR: perfmodel::collect::CountingAlloc = perfmodel::collect::CountingAlloc;
 
 fn main() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    c_heap::announce();
     // Behave like other Unix tools when output is piped into `head`: die quietly on SIGPIPE instead of
     // panicking in `println!`.
     #[cfg(unix)]

@@ -1,8 +1,9 @@
-//! `perfmodel bench`: run a whole network with tract on this machine and time it per layer.
+//! `perfmodel bench`: run a whole network with a device's engine (tract by default) on this machine and time it
+//! per layer.
 
 use anyhow::Context;
 use perfmodel::collect::profile::DeviceProfile;
-use perfmodel::engine::profile_network;
+use perfmodel::engine::profile_networks;
 use perfmodel::Dirs;
 use perfmodel::Network;
 use std::path::PathBuf;
@@ -20,8 +21,9 @@ pub struct Args {
     /// Override the network's batch size
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     batch: Option<u64>,
-    /// Device profile whose engine settings (threads) to use (collectors/NAME.toml); bench always measures this
-    /// machine, whichever machine the profile was made for. Default: one thread
+    /// Device profile whose engine and settings (executor, threads, graph optimisation) to use
+    /// (collectors/NAME.toml); bench always measures this machine, whichever machine the profile was made for.
+    /// Default: tract on one thread
     #[arg(long)]
     device: Option<String>,
     /// Output format: a table, or JSON with keys network, total {latency_ms, peak_memory_mib}, layers
@@ -38,12 +40,14 @@ use super::TableOrJson as Format;
 pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
     let net = Network::load_with_batch(&args.net, args.batch.map(|b| b as usize))?;
     let collectors = &dirs.collectors;
-    let threads = match &args.device {
-        Some(device) => DeviceProfile::load(collectors, device)?.threads,
-        None => 1,
+    let executor = match &args.device {
+        Some(device) => perfmodel::engine::executor_for(&DeviceProfile::load(collectors, device)?)?,
+        None => Box::new(perfmodel::engine::TractExecutor::new(1)?),
     };
-    let profile = profile_network(&net, threads, args.rounds as usize, args.warmup)
-        .with_context(|| format!("benchmarking {}", args.net.display()))?;
+    let rounds = args.rounds as usize;
+    let profile = profile_networks(std::slice::from_ref(&net), executor.as_ref(), rounds, args.warmup, rounds)
+        .with_context(|| format!("benchmarking {}", args.net.display()))?
+        .remove(0);
     if let Some(path) = &args.memory_trace {
         let mut w = csv::Writer::from_writer(Vec::new());
         for node in &profile.node_memory {

@@ -5,7 +5,6 @@ use indicatif::{ProgressBar, ProgressStyle};
 use perfmodel::collect::profile::HostMatch;
 use perfmodel::collect::{self, CollectOptions, DeviceProfile, Observer, Shard};
 use perfmodel::data::{Sample, Status};
-use perfmodel::engine::TractExecutor;
 use perfmodel::layer::LayerType;
 use perfmodel::sample::ConfigSet;
 use perfmodel::Dirs;
@@ -130,11 +129,12 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
     let host = perfmodel::device::Fingerprint::of_host();
     // Refused before anything is built or written; an older profile gets this machine recorded below.
     let host_match = profile.check_host(host)?;
-    let executor = TractExecutor::new(profile.threads)?;
+    let executor = perfmodel::engine::executor_for(&profile)?;
+    let executor = executor.as_ref();
     let mut progress = Progress::new();
 
     if let Some(n) = args.remeasure {
-        let report = collect::remeasure(&profile, &executor, &data_dir, n, args.seed, &mut progress)?;
+        let report = collect::remeasure(&profile, executor, &data_dir, n, args.seed, &mut progress)?;
         progress.bar.finish_and_clear();
         let path = data_dir.join(&profile.name).join("repeatability.json");
         perfmodel::fsio::write_atomic(&path, serde_json::to_string_pretty(&report)?.as_bytes())?;
@@ -219,13 +219,13 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
     } else {
         set.configs.into_iter().map(|c| c.config).collect()
     };
-    let summary = collect::collect(&profile, &executor, &configs, &options, &mut progress)?;
+    let summary = collect::collect(&profile, executor, &configs, &options, &mut progress)?;
     progress.bar.finish_and_clear();
 
     println!(
         "device '{}' ({}), {} thread(s), {:.0} s, data in {}",
         profile.name,
-        executor_description(&executor),
+        executor_description(executor),
         profile.threads,
         summary.elapsed.as_secs_f64(),
         summary.device_dir.display()
@@ -253,8 +253,7 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn executor_description(executor: &TractExecutor) -> String {
-    use perfmodel::engine::Executor;
+fn executor_description(executor: &dyn perfmodel::engine::Executor) -> String {
     executor.describe()
 }
 

@@ -21,7 +21,7 @@ pub struct InitArgs {
     /// Engine threads the device measures with
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     threads: u64,
-    /// Engine
+    /// Engine: tract, or onnxruntime (needs its library: `pip install onnxruntime`)
     #[arg(long, default_value = "tract")]
     executor: String,
     /// Replace an existing profile of that name

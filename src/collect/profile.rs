@@ -10,10 +10,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Executors the collector can drive.
-pub const EXECUTORS: [&str; 1] = ["tract"];
+pub const EXECUTORS: [&str; 2] = ["tract", "onnxruntime"];
 
 /// Executors that run layers on the CPU (whose power a GPU sensor does not measure).
-const CPU_EXECUTORS: [&str; 1] = ["tract"];
+pub const CPU_EXECUTORS: [&str; 2] = ["tract", "onnxruntime"];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -26,6 +26,10 @@ pub struct DeviceProfile {
     pub path: PathBuf,
     pub description: String,
     pub executor: String,
+    /// ONNX Runtime's graph-optimisation level (`executor = "onnxruntime"` only; default `all`, ONNX Runtime's
+    /// own default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph_optimization: Option<crate::engine::GraphOptimization>,
     /// This profile is the machine perfmodel runs on (its data was measured here): estimates may ask this
     /// machine's engine how it lays out weights (see `engine::packing`).
     #[serde(default)]
@@ -228,6 +232,12 @@ impl DeviceProfile {
         }
         if p.threads == 0 {
             return Err(bad("threads", "must be at least 1"));
+        }
+        if p.graph_optimization.is_some() && p.executor != "onnxruntime" {
+            return Err(bad(
+                "graph_optimization",
+                &format!("is ONNX Runtime's setting; executor '{}' has none", p.executor),
+            ));
         }
         p.batch_sizes.sort_unstable();
         p.batch_sizes.dedup();
@@ -439,8 +449,16 @@ max_cv = 0.2
     fn rejects_bad_fields_and_unknown_devices() {
         let err = DeviceProfile::parse(&MINIMAL.replace("threads = 1", "threads = 0"), "t", Path::new("t.toml"));
         assert!(err.unwrap_err().to_string().contains("'threads'"));
-        let err = DeviceProfile::parse(&MINIMAL.replace("\"tract\"", "\"onnxruntime\""), "t", Path::new("t.toml"));
-        assert!(err.unwrap_err().to_string().contains("unknown executor"));
+        let err = DeviceProfile::parse(&MINIMAL.replace("\"tract\"", "\"tvm\""), "t", Path::new("t.toml"));
+        assert!(err.unwrap_err().to_string().contains("unknown executor 'tvm' (known: tract, onnxruntime)"));
+        let ort = MINIMAL.replace("\"tract\"", "\"onnxruntime\"\ngraph_optimization = \"extended\"");
+        let p = DeviceProfile::parse(&ort, "t", Path::new("t.toml")).unwrap();
+        assert_eq!(p.graph_optimization, Some(crate::engine::GraphOptimization::Extended));
+        let err = DeviceProfile::parse(&ort.replace("extended", "fast"), "t", Path::new("t.toml")).unwrap_err();
+        assert!(err.to_string().contains("graph_optimization"), "{err}");
+        let tract = MINIMAL.replace("\"tract\"", "\"tract\"\ngraph_optimization = \"all\"");
+        let err = DeviceProfile::parse(&tract, "t", Path::new("t.toml")).unwrap_err();
+        assert!(err.to_string().contains("field 'graph_optimization': is ONNX Runtime's setting"), "{err}");
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a.toml"), MINIMAL).unwrap();
         std::fs::write(dir.path().join("b.toml"), MINIMAL).unwrap();

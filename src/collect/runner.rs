@@ -195,7 +195,19 @@ fn run_guarded(workload: &mut dyn Workload, runs: usize) -> std::result::Result<
 
 impl<'a> Meter<'a> {
     fn new(profile: &'a DeviceProfile, executor: &'a dyn Executor, observer: &mut dyn Observer) -> Meter<'a> {
-        let memory = MemorySensor::default().check_available();
+        let memory = MemorySensor::default().check_available().and_then(|()| {
+            if executor.allocates_outside_rust() && !crate::collect::alloc::counts_foreign_heap() {
+                return Err(crate::Error::Sensor {
+                    sensor: "memory".into(),
+                    message: format!(
+                        "{} allocates on the C heap, which this process does not count (only the perfmodel binary \
+                         on glibc Linux does)",
+                        executor.describe()
+                    ),
+                });
+            }
+            Ok(())
+        });
         if let Err(e) = &memory {
             observer.note(&format!("memory: unavailable ({e}); memory_mib stays empty"));
         }

@@ -7,9 +7,11 @@
 //! collector knows is probed, each written with why it is or is not usable.
 
 use super::fingerprint::{human_bytes, Fingerprint};
-use crate::collect::profile::{fingerprint_table, DeviceProfile, PowerSettings, Protocol, SensorSpec, EXECUTORS};
+use crate::collect::profile::{
+    fingerprint_table, DeviceProfile, PowerSettings, Protocol, SensorSpec, CPU_EXECUTORS, EXECUTORS,
+};
 use crate::collect::sensors::power_sensor;
-use crate::engine::{Executor, TractExecutor};
+use crate::engine::{Executor, GraphOptimization, OrtExecutor, TractExecutor};
 use crate::error::{Error, Result};
 use crate::fsio::write_atomic;
 use crate::layer::LayerConfig;
@@ -129,7 +131,7 @@ pub fn probe_power_sensors(executor: &str) -> Vec<SensorProbe> {
                 Error::Sensor { message, .. } => message,
                 other => other.to_string(),
             });
-            if usable.is_ok() && matches!(spec, SensorSpec::Nvml { .. }) && executor == "tract" {
+            if usable.is_ok() && matches!(spec, SensorSpec::Nvml { .. }) && CPU_EXECUTORS.contains(&executor) {
                 usable =
                     Err(format!("present, but it reads the GPU's power and executor '{executor}' runs on the CPU"));
             }
@@ -182,8 +184,11 @@ pub fn init(collectors_dir: &Path, name: &str, options: &InitOptions) -> Result<
         return Err(fail(format!("{} exists; pass --force to replace it", path.display())));
     }
     let host = Fingerprint::of_host().clone();
-    let executor = TractExecutor::new(options.threads)?;
-    let peak_gflops = measure_peak_gflops(&executor, Duration::from_millis(1500))?;
+    let executor: Box<dyn Executor> = match options.executor.as_str() {
+        "onnxruntime" => Box::new(OrtExecutor::new(options.threads, GraphOptimization::default())?),
+        _ => Box::new(TractExecutor::new(options.threads)?),
+    };
+    let peak_gflops = measure_peak_gflops(executor.as_ref(), Duration::from_millis(1500))?;
     let memory_bandwidth_gbs = measure_memory_bandwidth(options.threads, Duration::from_millis(1500));
     let roofline = Roofline { peak_gflops, memory_bandwidth_gbs, peak_workload: "256x1024 by 1024x1024 f32" };
     let sensors = probe_power_sensors(&options.executor);
@@ -232,6 +237,7 @@ pub fn profile_text(
         path: PathBuf::new(),
         description: format!("{} {cpu}, {} on {threads} CPU thread{plural}", host.arch, options.executor),
         executor: options.executor.clone(),
+        graph_optimization: (options.executor == "onnxruntime").then(GraphOptimization::default),
         host: true,
         threads,
         batch_sizes: options.batch_sizes.clone(),

@@ -8,7 +8,7 @@
 //! longest exported name it starts with. Time in nodes that match no layer (the input source, tract-made glue)
 //! is reported as `unattributed_ms`, never hidden.
 
-use super::{TractExecutor, TractWorkload};
+use super::{Executor, NetworkBench, TractExecutor, TractWorkload};
 use crate::collect::alloc;
 use crate::cpu_clock::time_both;
 use crate::error::{Error, Result};
@@ -100,7 +100,7 @@ pub fn profile_network(network: &Network, threads: usize, rounds: usize, warmup:
 /// moves by 1.5x within seconds on a shared VM). All networks are built first and stay in memory.
 pub fn profile_networks(
     networks: &[Network],
-    executor: &TractExecutor,
+    executor: &dyn Executor,
     rounds: usize,
     warmup: usize,
     block: usize,
@@ -122,7 +122,7 @@ pub struct BenchStep {
 /// the machine runs) sees the same moments of the machine as each timed run, which it brackets.
 pub fn profile_networks_between(
     networks: &[Network],
-    executor: &TractExecutor,
+    executor: &dyn Executor,
     rounds: usize,
     warmup: usize,
     block: usize,
@@ -164,7 +164,7 @@ pub trait BenchObserver {
 /// keep the order and the block of the planned ones; a network that has enough sits them out.
 pub fn profile_networks_observed(
     networks: &[Network],
-    executor: &TractExecutor,
+    executor: &dyn Executor,
     plan: RoundPlan,
     warmup: usize,
     observer: &mut dyn BenchObserver,
@@ -179,8 +179,8 @@ pub fn profile_networks_observed(
     let max_rounds = max_rounds.max(rounds);
     let mut benches = networks
         .iter()
-        .map(|n| NetworkBench::new(executor, n, rounds, warmup))
-        .collect::<Result<Vec<NetworkBench>>>()?;
+        .map(|n| executor.bench_network(n, rounds, warmup))
+        .collect::<Result<Vec<Box<dyn NetworkBench>>>>()?;
     let mut done = vec![0usize; networks.len()];
     let mut first = 0;
     while first < max_rounds {
@@ -209,7 +209,7 @@ pub fn profile_networks_observed(
         }
         first = end;
     }
-    benches.into_iter().map(|b| b.finish(executor)).collect()
+    benches.into_iter().map(|b| b.finish()).collect()
 }
 
 /// The heap a network needs, from the counting allocator (all `None`/empty without it).
@@ -264,8 +264,9 @@ fn measure_memory(executor: &TractExecutor, network: &Network) -> Result<MemoryM
     })
 }
 
-/// One network being profiled: memory measured on a fresh thread, built, warmed up; rounds accumulate.
-struct NetworkBench<'a> {
+/// One network being profiled by tract: memory measured on a fresh thread, built, warmed up; rounds accumulate.
+pub(super) struct TractNetworkBench<'a> {
+    executor: &'a TractExecutor,
     network: &'a Network,
     warmup: usize,
     workload: TractWorkload,
@@ -279,8 +280,13 @@ struct NetworkBench<'a> {
     unattributed: Vec<f64>,
 }
 
-impl<'a> NetworkBench<'a> {
-    fn new(executor: &TractExecutor, network: &'a Network, rounds: usize, warmup: usize) -> Result<NetworkBench<'a>> {
+impl<'a> TractNetworkBench<'a> {
+    pub(super) fn new(
+        executor: &'a TractExecutor,
+        network: &'a Network,
+        rounds: usize,
+        warmup: usize,
+    ) -> Result<TractNetworkBench<'a>> {
         check_fits_in_memory(network, available_memory_bytes())?;
         // tract keeps per-thread scratch (matmul tiles, element-wise buffers) that only grows: a network measured
         // on a thread where others already ran would not pay for its own. Each network's memory is measured on
@@ -294,7 +300,8 @@ impl<'a> NetworkBench<'a> {
             workload.run_outputs()?;
         }
         let reserve = rounds.min(PREALLOCATED_ROUNDS);
-        Ok(NetworkBench {
+        Ok(TractNetworkBench {
+            executor,
             network,
             warmup,
             workload,
@@ -307,7 +314,9 @@ impl<'a> NetworkBench<'a> {
             unattributed: Vec::with_capacity(reserve),
         })
     }
+}
 
+impl NetworkBench for TractNetworkBench<'_> {
     /// One timed whole-network run, on the wall clock and the calling thread's CPU clock.
     fn timed_run(&mut self) -> Result<()> {
         let (ran, wall_ms, cpu_ms) = time_both(|| self.workload.run_outputs());
@@ -341,8 +350,8 @@ impl<'a> NetworkBench<'a> {
         Ok(())
     }
 
-    fn finish(mut self, executor: &TractExecutor) -> Result<NetworkProfile> {
-        let network = self.network;
+    fn finish(mut self: Box<Self>) -> Result<NetworkProfile> {
+        let (network, executor) = (self.network, self.executor);
         let weight_bytes: u64 = network.analyze()?.costs.iter().map(|c| c.weight_elems * 4).sum();
         let planned_bytes = weight_bytes + self.workload.planned_activation_peak_bytes()?;
         let round_latency_ms = self.totals.clone();
@@ -351,7 +360,7 @@ impl<'a> NetworkBench<'a> {
         let totals = &self.totals;
         Ok(NetworkProfile {
             network: network.name.clone(),
-            engine: super::Executor::describe(executor),
+            engine: executor.describe(),
             threads: executor.threads(),
             batch_size: network.batch_size,
             rounds: totals.len(),
@@ -390,7 +399,7 @@ impl<'a> NetworkBench<'a> {
 
 /// Refuse a network that cannot fit in the memory available (its weights plus the largest layer's input and
 /// output, as f32: a lower bound), with a clear error instead of an allocation abort or the OOM killer mid-run.
-fn check_fits_in_memory(network: &Network, available_bytes: Option<u64>) -> Result<()> {
+pub(super) fn check_fits_in_memory(network: &Network, available_bytes: Option<u64>) -> Result<()> {
     let Some(available) = available_bytes else { return Ok(()) };
     let analysis = network.analyze()?;
     let weights: u64 = analysis.costs.iter().map(|c| c.weight_elems).sum();
@@ -514,7 +523,7 @@ impl Attribution {
 
 /// The exported node name a tract node descends from: its own name, or the longest `.`-separated prefix of it
 /// that was exported.
-fn owning_node<'a>(owners: &HashMap<String, String>, tract_name: &'a str) -> Option<&'a str> {
+pub(super) fn owning_node<'a>(owners: &HashMap<String, String>, tract_name: &'a str) -> Option<&'a str> {
     let mut name = tract_name;
     loop {
         if owners.contains_key(name) {

@@ -452,8 +452,10 @@ pub fn bench_with_speed_probe(
     warmup: usize,
     log: &mut dyn FnMut(String),
 ) -> Result<(Vec<NetworkProfile>, ProbeReadings)> {
-    let executor = TractExecutor::new(device.threads)?;
-    let probe = match nominal_ms.map(|_| SpeedProbe::new(&executor, device.protocol.burn_in_runs)) {
+    let executor = crate::engine::executor_for(device)?;
+    // The probe measures the machine's speed, with tract whatever the device's engine.
+    let probe_engine = TractExecutor::new(device.threads)?;
+    let probe = match nominal_ms.map(|_| SpeedProbe::new(&probe_engine, device.protocol.burn_in_runs)) {
         Some(Ok(p)) => Some(p),
         Some(Err(e)) => {
             log(format!("note: machine speed not measured: {e}"));
@@ -463,7 +465,7 @@ pub fn bench_with_speed_probe(
     };
     let readings = ProbeReadings::new(nets.len(), plan.rounds);
     let mut observer = ProbeObserver { probe, readings, nominal_ms, cpu_clock: executor.threads() == 1, log };
-    let measured = profile_networks_observed(nets, &executor, plan, warmup, &mut observer)?;
+    let measured = profile_networks_observed(nets, executor.as_ref(), plan, warmup, &mut observer)?;
     Ok((measured, observer.readings))
 }
 

@@ -114,6 +114,22 @@ fn value_info(name: &str, batch: usize, shape: &[usize]) -> ValueInfoProto {
     }
 }
 
+/// The static shape of a graph input or output written by [`value_info`] (batch first); `None` when a
+/// dimension is symbolic or missing.
+pub fn value_info_shape(info: &ValueInfoProto) -> Option<Vec<i64>> {
+    let Some(type_proto::Value::TensorType(tensor)) = info.r#type.as_ref()?.value.as_ref() else { return None };
+    tensor
+        .shape
+        .as_ref()?
+        .dim
+        .iter()
+        .map(|d| match d.value {
+            Some(tensor_shape_proto::dimension::Value::DimValue(v)) if v >= 0 => Some(v),
+            _ => None,
+        })
+        .collect()
+}
+
 fn attr_int(name: &str, i: i64) -> AttributeProto {
     AttributeProto { name: name.into(), r#type: AttributeType::Int as i32, i, ..Default::default() }
 }

@@ -5,5 +5,5 @@
 pub mod export;
 pub mod import;
 
-pub use export::{export_layer, export_network, Exported};
+pub use export::{export_layer, export_network, value_info_shape, Exported};
 pub use import::{import_onnx, import_proto};

@@ -1,0 +1,396 @@
+//! `perfmodel bench` with ONNX Runtime: total latency from plain runs of one session, per-layer times from ONNX
+//! Runtime's own per-node profiling in a second, identical session, and memory from the allocator counters.
+//!
+//! Attribution goes through the optimised graph ONNX Runtime saves (`optimized_model_filepath`): its optimiser
+//! renames what it rewrites (an NCHWc convolution is named after the tensor it writes, `<tensor>_nchwc`; a
+//! fusion keeps the name of one of its nodes), so an optimised node belongs to the layer owning its name, else
+//! the layer owning one of its outputs. A product (convolution, matrix product) named after a layer the optimiser
+//! folds into products (a batch norm, an activation, an add: the fused node is named after the tensor it writes)
+//! is the work of the weighted layer that layer follows. A node the engine inserted belongs to the layer whose
+//! tensor it converts: the NCHWc `ReorderInput` to the layer that reads its output, `ReorderOutput` to the one
+//! that wrote its input. What still matches no layer is reported as unattributed.
+//!
+//! Memory: the counting allocator sees Rust's allocations, and the binary also counts the C and C++ heap
+//! (malloc, `operator new`) where ONNX Runtime allocates its tensors, arena and packed weights
+//! ([`crate::collect::alloc::counts_foreign_heap`]). Without that, the figure is the planned lower bound.
+
+use super::{OrtExecutor, OrtWorkload};
+use crate::collect::alloc;
+use crate::cpu_clock::time_both;
+use crate::engine::bench::{available_memory_bytes, check_fits_in_memory};
+use crate::engine::{LayerProfile, NetworkBench, NetworkProfile, TotalProfile};
+use crate::error::{Error, Result};
+use crate::network::Network;
+use crate::onnx::export_network;
+use crate::stats::median;
+use crate::units::MIB;
+use prost::Message;
+use std::collections::HashMap;
+use tract_onnx::pb::ModelProto;
+
+/// One network benchmarked with ONNX Runtime.
+pub(in crate::engine) struct OrtNetworkBench<'a> {
+    executor: &'a OrtExecutor,
+    network: &'a Network,
+    warmup: usize,
+    timed: OrtWorkload,
+    profiled: OrtWorkload,
+    /// Keeps the profile file and the optimised graph until `finish` has read them.
+    _scratch: tempfile::TempDir,
+    /// Layer index of every node of the optimised graph, by node name.
+    layer_of_node: HashMap<String, Option<usize>>,
+    memory: Memory,
+    totals: Vec<f64>,
+    cpu_totals: Vec<f64>,
+    cpu_readable: bool,
+    instrumented_runs: usize,
+}
+
+/// Heap figures above the heap before the session was built (None without the foreign-heap counter).
+struct Memory {
+    peak_bytes: Option<u64>,
+    resident_bytes: Option<u64>,
+}
+
+impl<'a> OrtNetworkBench<'a> {
+    #[allow(clippy::result_large_err)] // ort's builder errors, turned into ours by `OrtWorkload::build`
+    pub(in crate::engine) fn new(
+        executor: &'a OrtExecutor,
+        network: &'a Network,
+        rounds: usize,
+        warmup: usize,
+    ) -> Result<OrtNetworkBench<'a>> {
+        check_fits_in_memory(network, available_memory_bytes())?;
+        let exported = export_network(network)?;
+        let what = format!("network '{}'", network.name);
+        let memory = measure_memory(executor, network)?;
+        let scratch = tempfile::Builder::new()
+            .prefix("perfmodel-ort-")
+            .tempdir()
+            .map_err(|e| Error::Executor(format!("{what}: cannot make a directory for ONNX Runtime's profile: {e}")))?;
+        let optimized = scratch.path().join("optimized.onnx");
+        let prefix = scratch.path().join("profile");
+        let profiled = OrtWorkload::build(executor, &exported, &what, |b| {
+            b.with_optimized_model_path(&optimized)?.with_profiling(&prefix)
+        })?;
+        let graph = read_optimized(&optimized, &what)?;
+        let layer_of_node = attribute(&graph, &exported.owners, network);
+        let mut timed = executor.network_workload(network)?;
+        for _ in 0..=warmup {
+            timed.run_outputs()?;
+        }
+        let reserve = rounds.min(1024);
+        Ok(OrtNetworkBench {
+            executor,
+            network,
+            warmup,
+            timed,
+            profiled,
+            _scratch: scratch,
+            layer_of_node,
+            memory,
+            totals: Vec::with_capacity(reserve),
+            cpu_totals: Vec::with_capacity(reserve),
+            cpu_readable: true,
+            instrumented_runs: 0,
+        })
+    }
+}
+
+/// Build the network's session and run it once, counting the heap: what the built session holds, and the peak
+/// of its first run.
+fn measure_memory(executor: &OrtExecutor, network: &Network) -> Result<Memory> {
+    if !alloc::counts_foreign_heap() {
+        return Ok(Memory { peak_bytes: None, resident_bytes: None });
+    }
+    let baseline = alloc::current_bytes();
+    let mut workload = executor.network_workload(network)?;
+    let resident = alloc::current_bytes();
+    alloc::reset_peak();
+    workload.run_outputs().map(drop)?;
+    let peak = alloc::peak_bytes();
+    drop(workload);
+    Ok(Memory {
+        peak_bytes: Some(peak.saturating_sub(baseline) as u64),
+        resident_bytes: Some(resident.saturating_sub(baseline) as u64),
+    })
+}
+
+fn read_optimized(path: &std::path::Path, what: &str) -> Result<ModelProto> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| Error::Executor(format!("{what}: ONNX Runtime did not save its optimised graph: {e}")))?;
+    ModelProto::decode(&bytes[..])
+        .map_err(|e| Error::Executor(format!("{what}: cannot read ONNX Runtime's optimised graph: {e}")))
+}
+
+/// The exported node (or tensor) a name of ONNX Runtime's descends from: the name itself, or its longest prefix
+/// ending before a `_`, `.`, `/` or `:` that was exported.
+fn owner<'n>(owners: &HashMap<String, String>, name: &'n str) -> Option<&'n str> {
+    if owners.contains_key(name) {
+        return Some(name);
+    }
+    name.char_indices()
+        .rev()
+        .filter(|&(_, c)| matches!(c, '_' | '.' | '/' | ':'))
+        .map(|(i, _)| &name[..i])
+        .find(|prefix| owners.contains_key(*prefix))
+}
+
+/// Operators that compute a convolution or matrix product, possibly with what the optimiser fused into them.
+const PRODUCTS: [&str; 7] = ["Conv", "FusedConv", "NhwcConv", "Gemm", "FusedGemm", "MatMul", "FusedMatMul"];
+
+/// The layer whose product a product node named after layer `named` computes. A fused node takes the name of
+/// the tensor it writes: a convolution with its batch norm folded in, named after the batch norm, is the
+/// convolution's work. So walk back from `named` through the layers the optimiser folds into a product (batch
+/// norm, activation, an add) to the weighted layer they follow; `named` itself when there is none.
+fn product_owner(network: &Network, sources: &[Vec<crate::network::Source>], named: usize) -> usize {
+    use crate::layer::Op;
+    use crate::network::Source;
+    let mut layer = named;
+    for _ in 0..network.layers.len() {
+        match &network.layers[layer].op {
+            Op::Conv2d(_) | Op::DepthwiseConv2d(_) | Op::Dense(_) => return layer,
+            Op::BatchNorm | Op::Activation(_) | Op::Add => {}
+            _ => return named,
+        }
+        // The first input that is a layer; an add follows the product among its inputs.
+        let inputs = sources.get(layer).map(Vec::as_slice).unwrap_or(&[]);
+        let weighted = inputs.iter().find_map(|s| match s {
+            Source::Layer(l)
+                if matches!(network.layers[*l].op, Op::Conv2d(_) | Op::DepthwiseConv2d(_) | Op::Dense(_)) =>
+            {
+                Some(*l)
+            }
+            _ => None,
+        });
+        let next = weighted.or_else(|| {
+            inputs.iter().find_map(|s| match s {
+                Source::Layer(l) => Some(*l),
+                Source::Input => None,
+            })
+        });
+        match next {
+            Some(l) => layer = l,
+            None => return named,
+        }
+    }
+    named
+}
+
+/// The layer index of every node of ONNX Runtime's optimised graph (see the module docs).
+pub(crate) fn attribute(
+    graph: &ModelProto,
+    owners: &HashMap<String, String>,
+    network: &Network,
+) -> HashMap<String, Option<usize>> {
+    let index: HashMap<&str, usize> = network.layers.iter().enumerate().map(|(i, l)| (l.name.as_str(), i)).collect();
+    let layer_of =
+        |name: &str| owner(owners, name).and_then(|o| owners.get(o)).and_then(|l| index.get(l.as_str()).copied());
+    let Some(graph) = graph.graph.as_ref() else { return HashMap::new() };
+    let sources = network.analyze().map(|a| a.sources).unwrap_or_default();
+    let mut own: Vec<Option<usize>> = graph
+        .node
+        .iter()
+        .map(|n| {
+            if n.op_type.starts_with("Reorder") {
+                return None;
+            }
+            let named = layer_of(&n.name).or_else(|| n.output.iter().find_map(|o| layer_of(o)));
+            if PRODUCTS.contains(&n.op_type.as_str()) {
+                named.map(|l| product_owner(network, &sources, l))
+            } else {
+                named
+            }
+        })
+        .collect();
+    let producer: HashMap<&str, usize> =
+        graph.node.iter().enumerate().flat_map(|(i, n)| n.output.iter().map(move |o| (o.as_str(), i))).collect();
+    // Inserted nodes: the layer whose tensor they convert. Chains of them resolve in one pass per link.
+    for _ in 0..graph.node.len() {
+        let mut changed = false;
+        for (i, node) in graph.node.iter().enumerate() {
+            if own[i].is_some() {
+                continue;
+            }
+            let from_input = || node.input.iter().filter_map(|t| producer.get(t.as_str())).find_map(|&p| own[p]);
+            let from_output = || {
+                graph
+                    .node
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| c.input.iter().any(|t| node.output.contains(t)))
+                    .find_map(|(c, _)| own[c])
+            };
+            own[i] = if node.op_type == "ReorderInput" {
+                from_output().or_else(from_input)
+            } else {
+                from_input().or_else(from_output)
+            };
+            changed |= own[i].is_some();
+        }
+        if !changed {
+            break;
+        }
+    }
+    graph.node.iter().zip(own).map(|(n, l)| (n.name.clone(), l)).collect()
+}
+
+/// Per-node times of ONNX Runtime's profile (a Chrome trace): for every `model_run`, microseconds per node name.
+fn runs_in_profile(trace: &serde_json::Value) -> Vec<HashMap<String, f64>> {
+    let events = trace.as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let field = |e: &serde_json::Value, k: &str| e.get(k).and_then(|v| v.as_f64());
+    let mut runs: Vec<(f64, f64, HashMap<String, f64>)> = events
+        .iter()
+        .filter(|e| e.get("cat").and_then(|c| c.as_str()) == Some("Session"))
+        .filter(|e| e.get("name").and_then(|c| c.as_str()) == Some("model_run"))
+        .filter_map(|e| Some((field(e, "ts")?, field(e, "dur")?, HashMap::new())))
+        .collect();
+    runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for e in events {
+        if e.get("cat").and_then(|c| c.as_str()) != Some("Node") {
+            continue;
+        }
+        let Some(node) = e.get("name").and_then(|n| n.as_str()).and_then(|n| n.strip_suffix("_kernel_time")) else {
+            continue;
+        };
+        let (Some(ts), Some(dur)) = (field(e, "ts"), field(e, "dur")) else { continue };
+        if let Some(run) = runs.iter_mut().find(|(start, len, _)| ts >= *start && ts <= start + len) {
+            *run.2.entry(node.to_string()).or_insert(0.0) += dur;
+        }
+    }
+    runs.into_iter().map(|(_, _, nodes)| nodes).collect()
+}
+
+impl NetworkBench for OrtNetworkBench<'_> {
+    fn timed_run(&mut self) -> Result<()> {
+        let (ran, wall_ms, cpu_ms) = time_both(|| crate::engine::Workload::run(&mut self.timed));
+        ran?;
+        self.totals.push(wall_ms);
+        match cpu_ms {
+            Some(ms) if self.cpu_readable => self.cpu_totals.push(ms),
+            _ => {
+                self.cpu_readable = false;
+                self.cpu_totals.clear();
+            }
+        }
+        Ok(())
+    }
+
+    fn instrumented_run(&mut self) -> Result<()> {
+        crate::engine::Workload::run(&mut self.profiled)?;
+        self.instrumented_runs += 1;
+        Ok(())
+    }
+
+    fn finish(mut self: Box<Self>) -> Result<NetworkProfile> {
+        let network = self.network;
+        let what = format!("network '{}'", network.name);
+        let file = self
+            .profiled
+            .session
+            .end_profiling()
+            .map_err(|e| Error::Executor(format!("{what}: ONNX Runtime could not write its profile: {e}")))?;
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| Error::Executor(format!("{what}: cannot read ONNX Runtime's profile {file}: {e}")))?;
+        let trace: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| Error::Executor(format!("{what}: ONNX Runtime's profile {file} is not JSON: {e}")))?;
+        let runs = runs_in_profile(&trace);
+        // The first profiled run also pays for the session's first allocations; keep the last `instrumented_runs`.
+        let runs = &runs[runs.len().saturating_sub(self.instrumented_runs)..];
+        let mut per_layer = vec![Vec::with_capacity(runs.len()); network.layers.len()];
+        let mut unattributed = Vec::with_capacity(runs.len());
+        for run in runs {
+            let mut layer_ms = vec![0.0; network.layers.len()];
+            let mut lost = 0.0;
+            for (node, us) in run {
+                match self.layer_of_node.get(node).copied().flatten() {
+                    Some(layer) => layer_ms[layer] += us / 1e3,
+                    None => lost += us / 1e3,
+                }
+            }
+            for (samples, ms) in per_layer.iter_mut().zip(layer_ms) {
+                samples.push(ms);
+            }
+            unattributed.push(lost);
+        }
+        let analysis = network.analyze()?;
+        let weight_bytes: u64 = analysis.costs.iter().map(|c| c.weight_elems * 4).sum();
+        let largest_step: u64 = analysis.costs.iter().map(|c| (c.input_elems + c.output_elems) * 4).max().unwrap_or(0);
+        let planned_bytes = weight_bytes + largest_step;
+        let threads = crate::engine::Executor::threads(self.executor);
+        let totals = &self.totals;
+        Ok(NetworkProfile {
+            network: network.name.clone(),
+            engine: crate::engine::Executor::describe(self.executor),
+            threads,
+            batch_size: network.batch_size,
+            rounds: totals.len(),
+            warmup: self.warmup,
+            total: TotalProfile {
+                latency_ms: median(totals).unwrap_or(0.0),
+                latency_min_ms: totals.iter().copied().fold(f64::INFINITY, f64::min),
+                latency_max_ms: totals.iter().copied().fold(0.0, f64::max),
+                peak_memory_mib: self.memory.peak_bytes.unwrap_or(planned_bytes) as f64 / MIB,
+                memory_source: if self.memory.peak_bytes.is_some() {
+                    "measured: peak heap (Rust and C/C++ allocations) during the first run, above the heap before \
+                     building the session"
+                        .into()
+                } else {
+                    "planned lower bound: weights plus the largest layer's input and output (this process does not \
+                     count ONNX Runtime's C++ allocations)"
+                        .into()
+                },
+                planned_memory_mib: planned_bytes as f64 / MIB,
+                resident_memory_mib: self.memory.resident_bytes.map(|b| b as f64 / MIB),
+                round_latency_ms: totals.clone(),
+                round_cpu_ms: if threads == 1 { std::mem::take(&mut self.cpu_totals) } else { Vec::new() },
+            },
+            layers: network
+                .layers
+                .iter()
+                .zip(&per_layer)
+                .map(|(l, samples)| LayerProfile {
+                    name: l.name.clone(),
+                    latency_ms: median(samples).unwrap_or(0.0),
+                    peak_memory_mib: None,
+                })
+                .collect(),
+            unattributed_ms: median(&unattributed).unwrap_or(0.0),
+            node_memory: Vec::new(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_owned_by_their_longest_exported_prefix() {
+        let owners: HashMap<String, String> =
+            [("conv1", "conv1"), ("conv1/relu", "conv1"), ("b/conv", "b")].map(|(a, b)| (a.into(), b.into())).into();
+        assert_eq!(owner(&owners, "conv1_nchwc"), Some("conv1"));
+        assert_eq!(owner(&owners, "conv1/relu_output_0_nchwc"), Some("conv1/relu"));
+        assert_eq!(owner(&owners, "b/conv"), Some("b/conv"));
+        assert_eq!(owner(&owners, "conv10"), None);
+        assert_eq!(owner(&owners, "ReorderOutput_token_7"), None);
+    }
+
+    #[test]
+    fn profile_node_times_are_grouped_by_run() {
+        let trace = serde_json::json!([
+            {"cat": "Session", "name": "model_run", "ts": 100, "dur": 50},
+            {"cat": "Node", "name": "a_kernel_time", "ts": 110, "dur": 20},
+            {"cat": "Node", "name": "a_fence_before", "ts": 109, "dur": 0},
+            {"cat": "Node", "name": "b_kernel_time", "ts": 131, "dur": 10},
+            {"cat": "Session", "name": "model_run", "ts": 200, "dur": 50},
+            {"cat": "Node", "name": "a_kernel_time", "ts": 205, "dur": 7},
+        ]);
+        let runs = runs_in_profile(&trace);
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[0]["a"], 20.0);
+        assert_eq!(runs[0]["b"], 10.0);
+        assert_eq!(runs[1]["a"], 7.0);
+        assert!(!runs[1].contains_key("b"));
+    }
+}
