@@ -30,6 +30,7 @@ fn write_store(models_dir: &Path, device: &str, predictors: Vec<(LayerType, Metr
         data_hash: String::new(),
         models: Vec::new(),
         speed_probe: None,
+        engine: None,
     };
     let mut files = Vec::new();
     for (t, m, p) in predictors {

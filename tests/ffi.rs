@@ -51,6 +51,7 @@ fn write_linear_store(models_dir: &Path) {
         data_hash: "hand-written test models".to_string(),
         models: Vec::new(),
         speed_probe: None,
+        engine: None,
     };
     let mut files = Vec::new();
     for (layer_type, slope, intercept, watts) in LINEAR_MODELS {

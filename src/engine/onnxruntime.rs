@@ -10,6 +10,9 @@
 
 mod bench;
 
+#[cfg(test)]
+pub(crate) use bench::optimized_nodes_per_layer;
+
 use super::{Executor, Workload};
 use crate::error::{Error, Result};
 use crate::layer::LayerConfig;

@@ -9,8 +9,10 @@
 //! rules build a [`Plan`], and the estimator predicts and sums over the plan. A new engine implements
 //! [`EngineRules`]; [`Generic`] is what the estimate assumes when the models describe no engine in particular.
 
+mod onnxruntime;
 mod tract;
 
+pub use onnxruntime::OnnxRuntime;
 pub use tract::{kind_of, Tract};
 
 use crate::layer::{Activation, LayerConfig, LayerCost, LayerType, Op};
@@ -136,6 +138,28 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         matches!(producer, Op::Conv2d(_) | Op::DepthwiseConv2d(_) | Op::Dense(_))
     }
 
+    /// Whether the kernel of `producer` (one that takes epilogues) applies activation `a` itself. tract's list
+    /// by default ([`fuses_into_kernel`]).
+    fn fuses_activation(&self, _producer: &Op, a: Activation) -> bool {
+        fuses_into_kernel(a)
+    }
+
+    /// Whether `op`, when it runs, is a kernel that can apply the activation after it (see
+    /// [`EngineRules::kernel_takes_epilogue`]): convolutions and dense layers by default.
+    fn runs_as_product(&self, op: &Op) -> bool {
+        matches!(op, Op::Conv2d(_) | Op::DepthwiseConv2d(_) | Op::Dense(_))
+    }
+
+    /// Whether a batch norm after a linear convolution is folded into its weights.
+    fn folds_batch_norm(&self) -> bool {
+        true
+    }
+
+    /// Whether a zero padding that only a convolution reads becomes that convolution's own padding.
+    fn fuses_padding(&self) -> bool {
+        true
+    }
+
     /// The concats the engine never builds: per layer, the first of the concat's readers that computes it
     /// part by part, and for each such reader the concat it reads. None by default.
     fn unbuilt_concats(&self, net: &Network, _analysis: &Analysis) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
@@ -172,7 +196,7 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         };
         match activation {
             Activation::Linear => None,
-            a if self.kernel_takes_epilogue(op) && fuses_into_kernel(a) => Some(FUSED),
+            a if self.kernel_takes_epilogue(op) && self.fuses_activation(op, a) => Some(FUSED),
             _ => Some(LayerType::Activation.as_str()),
         }
     }
@@ -201,7 +225,8 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
     fn plan(&self, net: &Network, analysis: &Analysis) -> Plan {
         let n = net.layers.len();
         let consumers = consumers(&analysis.sources, n);
-        let padding_into = padding_fused_into(net, &analysis.sources, &consumers);
+        let padding_into =
+            if self.fuses_padding() { padding_fused_into(net, &analysis.sources, &consumers) } else { vec![None; n] };
         let (concat_read_by, reads_concat) = self.unbuilt_concats(net, analysis);
         let add_into = self.residual_adds(net, analysis, &consumers);
         let mut fused_add_of: Vec<Option<usize>> = vec![None; n];
@@ -251,7 +276,7 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
             return None;
         }
         let producer = &net.layers[j].op;
-        let kernel = matches!(producer, Op::Conv2d(_) | Op::DepthwiseConv2d(_) | Op::Dense(_));
+        let kernel = self.runs_as_product(producer);
         if kernel && !self.kernel_takes_epilogue(producer) {
             return None;
         }
@@ -260,10 +285,16 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
             _ => None,
         };
         let owner = match (&net.layers[i].op, producer) {
-            (Op::Activation(a), _) if kernel && fuses_into_kernel(*a) => Some(j),
-            (Op::Activation(a), _) if fuses_into_kernel(*a) => owner_of_j(),
-            (Op::BatchNorm, Op::Conv2d(c)) if c.activation == Activation::Linear => Some(j),
-            (Op::BatchNorm, Op::DepthwiseConv2d(c)) if c.activation == Activation::Linear => Some(j),
+            (Op::Activation(a), _) if kernel && self.fuses_activation(producer, *a) => Some(j),
+            (Op::Activation(a), _) if fuses_into_kernel(*a) => {
+                owner_of_j().filter(|&o| self.fuses_activation(&net.layers[o].op, *a))
+            }
+            (Op::BatchNorm, Op::Conv2d(c)) if c.activation == Activation::Linear && self.folds_batch_norm() => Some(j),
+            (Op::BatchNorm, Op::DepthwiseConv2d(c))
+                if c.activation == Activation::Linear && self.folds_batch_norm() =>
+            {
+                Some(j)
+            }
             _ => None,
         };
         owner.map(|o| (o, j))

@@ -303,6 +303,16 @@ impl Estimator {
 
     pub fn new(device: &str, method: Method) -> Estimator {
         let method_models_tract = method.models_tract();
+        // Models measured with ONNX Runtime follow its rules.
+        let ort_rules: Option<&'static dyn EngineRules> = match &method {
+            Method::Learned(store) => store
+                .manifest()
+                .engine
+                .as_deref()
+                .and_then(crate::engine::rules::OnnxRuntime::for_engine)
+                .map(|r| r as &'static dyn EngineRules),
+            _ => None,
+        };
         let memory_bandwidth_gbs = match &method {
             Method::Paleo(r) => Some(r.memory_bandwidth_gbs),
             _ => None,
@@ -318,7 +328,11 @@ impl Estimator {
             trained_elsewhere: None,
             layer_cache: true,
             structure: None,
-            rules: if method_models_tract { &Tract } else { &Generic },
+            rules: match ort_rules {
+                Some(rules) => rules,
+                None if method_models_tract => &Tract,
+                None => &Generic,
+            },
         }
     }
 

@@ -486,7 +486,7 @@ pub fn train_device(
             message: format!("nothing to train ({})", reasons.join("; ")),
         });
     }
-    let manifest = write_models(models_dir, device, &results, nominal)?;
+    let manifest = write_models(models_dir, device, &results, nominal, engine_of(&all))?;
     Ok(TrainRun { device: device.to_string(), results, skipped, manifest })
 }
 
@@ -571,12 +571,22 @@ pub fn nominal_speed(all: &BTreeMap<LayerType, Vec<Sample>>) -> Option<NominalSp
     })
 }
 
+/// The engine most of a device's rows were measured with (their `engine` column); `None` without rows.
+pub fn engine_of(all: &BTreeMap<LayerType, Vec<Sample>>) -> Option<String> {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for sample in all.values().flatten() {
+        *counts.entry(sample.engine.as_str()).or_default() += 1;
+    }
+    counts.into_iter().max_by_key(|&(_, n)| n).map(|(engine, _)| engine.to_string())
+}
+
 /// Write the trained models, keeping compatible existing entries for triplets that were not retrained.
 fn write_models(
     models_dir: &Path,
     device: &str,
     results: &[TripletResult],
     speed_probe: Option<NominalSpeed>,
+    engine: Option<String>,
 ) -> Result<Manifest> {
     let mut entries: Vec<ModelEntry> = Vec::new();
     let mut files: Vec<ModelFile> = Vec::new();
@@ -630,6 +640,7 @@ fn write_models(
         data_hash: store::hex(&device_hash.finalize()),
         models: entries,
         speed_probe,
+        engine,
     };
     ModelStore::save(models_dir, &mut manifest, &files)?;
     Ok(manifest)

@@ -64,6 +64,11 @@ pub struct Manifest {
     /// The speed probe the latency targets were brought to (null when the data has no probe readings).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speed_probe: Option<NominalSpeed>,
+    /// The engine that measured the training rows (their `engine` column, e.g. `onnxruntime 1.32.0
+    /// (optimisation all)`): the estimate follows that engine's rules. Absent in stores trained before engines
+    /// other than tract were collected: tract.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
 }
 
 impl Manifest {
@@ -458,6 +463,7 @@ mod tests {
             data_hash: "test".into(),
             models: entries,
             speed_probe: None,
+            engine: None,
         };
         ModelStore::save(dir.path(), &mut manifest, &files).unwrap();
         (dir, saved)
@@ -473,6 +479,7 @@ mod tests {
             data_hash: String::new(),
             models: Vec::new(),
             speed_probe: None,
+            engine: None,
         };
         assert!(manifest.nominal_probe_ms().unwrap_err().contains("no nominal speed"));
         // Written before the elasticity existed: the latencies were scaled fully (elasticity 1).

@@ -235,6 +235,32 @@ pub(crate) fn attribute(
     graph.node.iter().zip(own).map(|(n, l)| (n.name.clone(), l)).collect()
 }
 
+/// For every layer of `network`, the operators of the nodes ONNX Runtime's optimiser leaves for it (the layout
+/// reorders it inserts left out): what the engine rules are checked against.
+#[cfg(test)]
+pub(crate) fn optimized_nodes_per_layer(executor: &OrtExecutor, network: &Network) -> Result<Vec<Vec<String>>> {
+    let exported = export_network(network)?;
+    let what = format!("network '{}'", network.name);
+    let scratch = tempfile::Builder::new()
+        .prefix("perfmodel-ort-")
+        .tempdir()
+        .map_err(|e| Error::Executor(format!("{what}: cannot make a directory for the optimised graph: {e}")))?;
+    let path = scratch.path().join("optimized.onnx");
+    executor.session(&exported, &what, |b| b.with_optimized_model_path(&path))?;
+    let graph = read_optimized(&path, &what)?;
+    let layer_of_node = attribute(&graph, &exported.owners, network);
+    let mut per_layer = vec![Vec::new(); network.layers.len()];
+    for node in graph.graph.iter().flat_map(|g| &g.node) {
+        if node.op_type.starts_with("Reorder") {
+            continue;
+        }
+        if let Some(Some(layer)) = layer_of_node.get(&node.name) {
+            per_layer[*layer].push(node.op_type.clone());
+        }
+    }
+    Ok(per_layer)
+}
+
 /// Per-node times of ONNX Runtime's profile (a Chrome trace): for every `model_run`, microseconds per node name.
 fn runs_in_profile(trace: &serde_json::Value) -> Vec<HashMap<String, f64>> {
     let events = trace.as_array().map(Vec::as_slice).unwrap_or(&[]);
