@@ -235,6 +235,56 @@ pub fn model_file_name(layer_type: LayerType, metric: Metric) -> String {
     format!("{}/{}.bin", layer_type.as_str(), metric.as_str())
 }
 
+/// Whether `file` is where a save puts the model of `layer_type`/`metric`: `dense/latency.<16 hex>.bin`, or
+/// `dense/latency.bin` as stores written before content names have it. Nothing else (no other directory, no
+/// `..`) is ever opened.
+fn is_model_file_name(file: &str, layer_type: LayerType, metric: Metric) -> bool {
+    if file == model_file_name(layer_type, metric) {
+        return true;
+    }
+    let prefix = format!("{}/{}.", layer_type.as_str(), metric.as_str());
+    file.strip_prefix(&prefix)
+        .and_then(|rest| rest.strip_suffix(".bin"))
+        .is_some_and(|hash| hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Write the model files of a save under names of their content (`dense/latency.<hash>.bin`) and point the
+/// manifest's entries at them. The manifest, written after them by [`ModelStore::save`], is the commit point:
+/// until it is replaced it names the previous files, which are never overwritten, so a save killed at any moment
+/// leaves a store that opens with the previous models or the new ones, never a mix.
+fn write_model_files(models_dir: &Path, manifest: &mut Manifest, models: &[ModelFile]) -> Result<()> {
+    let dir = device_dir(models_dir, &manifest.device);
+    for file in models {
+        let entry = manifest
+            .models
+            .iter_mut()
+            .find(|e| e.layer_type == file.layer_type && e.metric == file.metric)
+            .ok_or_else(|| {
+                Error::Invalid(format!("no manifest entry for the {}/{} model", file.layer_type, file.metric))
+            })?;
+        let bytes = file.encode()?;
+        entry.file_sha256 = sha256_hex(&bytes);
+        entry.file = format!("{}/{}.{}.bin", file.layer_type, file.metric, &entry.file_sha256[..16]);
+        write_atomic(dir.join(&entry.file), &bytes)?;
+    }
+    Ok(())
+}
+
+/// After a save, remove the model files of layer types' directories that the new manifest does not name (the
+/// previous save's, or those of a save that was killed before its manifest). Best effort: a file left behind is
+/// only disk space.
+fn remove_unreferenced_model_files(dir: &Path, manifest: &Manifest) {
+    let referenced: std::collections::HashSet<PathBuf> = manifest.models.iter().map(|e| dir.join(&e.file)).collect();
+    for layer_type in LayerType::ALL {
+        let Ok(files) = std::fs::read_dir(dir.join(layer_type.as_str())) else { continue };
+        for file in files.flatten().map(|f| f.path()) {
+            if file.extension().is_some_and(|e| e == "bin") && !referenced.contains(&file) {
+                let _ = std::fs::remove_file(&file);
+            }
+        }
+    }
+}
+
 /// All trained predictors of one device, loaded and verified. Cheap to share between threads.
 #[derive(Debug)]
 pub struct ModelStore {
@@ -298,7 +348,7 @@ impl ModelStore {
                     ))
                 }
             }
-            if entry.file != model_file_name(layer_type, metric) {
+            if !is_model_file_name(&entry.file, layer_type, metric) {
                 return Err(Error::model(
                     &manifest_file,
                     format!("unexpected model path '{}' for {layer_type}/{metric}", entry.file),
@@ -325,22 +375,13 @@ impl ModelStore {
     /// Write `models` (each atomically, recording its SHA-256 in the manifest entry of the same layer type and
     /// metric), then the manifest. Entries without a file in `models` must refer to files already in place.
     pub fn save(models_dir: &Path, manifest: &mut Manifest, models: &[ModelFile]) -> Result<()> {
+        write_model_files(models_dir, manifest, models)?;
         let dir = device_dir(models_dir, &manifest.device);
-        for file in models {
-            let entry = manifest
-                .models
-                .iter_mut()
-                .find(|e| e.layer_type == file.layer_type && e.metric == file.metric)
-                .ok_or_else(|| {
-                    Error::Invalid(format!("no manifest entry for the {}/{} model", file.layer_type, file.metric))
-                })?;
-            let bytes = file.encode()?;
-            entry.file_sha256 = sha256_hex(&bytes);
-            write_atomic(dir.join(&entry.file), &bytes)?;
-        }
         let text = serde_json::to_string_pretty(manifest)
             .map_err(|e| Error::Invalid(format!("cannot encode the manifest: {e}")))?;
-        write_atomic(dir.join("manifest.json"), text.as_bytes())
+        write_atomic(dir.join("manifest.json"), text.as_bytes())?;
+        remove_unreferenced_model_files(&dir, manifest);
+        Ok(())
     }
 
     pub fn predictor(&self, layer_type: LayerType, metric: Metric) -> Option<&Predictor> {
@@ -518,27 +559,78 @@ mod tests {
     fn expect_model_error(dir: &Path, needle: &str, file: &str) {
         match ModelStore::open(dir, "dev") {
             Err(Error::Model { path, message }) => {
-                assert!(path.ends_with(file), "{} should name {file}", path.display());
+                // Model files are named after their content: `power.bin` stands for `power.<hash>.bin`.
+                let name = path.file_name().unwrap().to_string_lossy().to_string();
+                assert!(name.starts_with(file.trim_end_matches(".bin")), "{} should name {file}", path.display());
                 assert!(message.contains(needle), "'{message}' should contain '{needle}'");
             }
             other => panic!("expected a model error, got {other:?}"),
         }
     }
 
+    /// The path of a saved model file, as the manifest names it.
+    fn model_path(dir: &Path, layer_type: &str, metric: &str) -> PathBuf {
+        let manifest: Manifest =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("dev/manifest.json")).unwrap()).unwrap();
+        let entry = manifest.models.iter().find(|e| e.layer_type == layer_type && e.metric == metric).unwrap();
+        dir.join("dev").join(&entry.file)
+    }
+
+    /// A save killed after it wrote new model files but before its manifest (the commit point) leaves the
+    /// previous models in use, intact; the next save removes the orphans and the replaced files.
+    #[test]
+    fn a_save_killed_before_its_manifest_leaves_the_previous_models() {
+        let (dir, saved) = saved_store();
+        let open = || ModelStore::open(dir.path(), "dev").unwrap();
+        let answer = |store: &ModelStore| {
+            let row = vec![1.0; LayerType::Dense.feature_names().len()];
+            store.predictor(LayerType::Dense, Metric::Latency).unwrap().predict(&row).to_bits()
+        };
+        let before = answer(&open());
+        let old_file = model_path(dir.path(), "dense", "latency");
+        // New models for every slot, from other data: the save is cut off after the model files.
+        let mut manifest = open().manifest().clone();
+        let (x, _) = data();
+        let y: Vec<f64> = x.iter().map(|r| 100.0 + r[0]).collect();
+        let linear = default_candidates(7).into_iter().find(|c| c.estimator.method() == "linear").unwrap();
+        let files: Vec<ModelFile> = saved
+            .iter()
+            .map(|(t, m, _)| {
+                let width = t.feature_names().len();
+                let rows: Vec<Vec<f64>> =
+                    x.iter().map(|r| (0..width).map(|j| r.get(j).copied().unwrap_or(0.0)).collect()).collect();
+                ModelFile::new(*t, *m, linear.fit(&rows, &y).unwrap())
+            })
+            .collect();
+        write_model_files(dir.path(), &mut manifest, &files).unwrap();
+        let reopened = open();
+        assert_eq!(answer(&reopened), before, "the previous models answer");
+        assert!(old_file.is_file());
+        // The next complete save commits the new models and removes every file the manifest does not name.
+        ModelStore::save(dir.path(), &mut manifest, &files).unwrap();
+        assert_ne!(answer(&open()), before);
+        assert!(!old_file.exists(), "the replaced file is removed");
+        let on_disk: usize = ["dense", "conv2d"]
+            .iter()
+            .map(|t| std::fs::read_dir(dir.path().join("dev").join(t)).unwrap().count())
+            .sum();
+        assert_eq!(on_disk, manifest.models.len(), "one file per model, no orphans");
+    }
+
     #[test]
     fn tampered_file_is_refused() {
         let (dir, _) = saved_store();
-        let path = dir.path().join("dev/dense/latency.bin");
+        let path = model_path(dir.path(), "dense", "latency");
         let mut bytes = std::fs::read(&path).unwrap();
         let last = bytes.len() - 1;
         bytes[last] ^= 0x40;
         std::fs::write(&path, &bytes).unwrap();
-        expect_model_error(dir.path(), "does not match the manifest", "dense/latency.bin");
+        expect_model_error(dir.path(), "does not match the manifest", path.file_name().unwrap().to_str().unwrap());
     }
 
     /// Rewrite one model file (and its manifest hash) after changing its content with `edit`.
     fn rewrite(dir: &Path, edit: impl Fn(&mut ModelFile)) {
-        let path = dir.join("dev/dense/power.bin");
+        let path = model_path(dir, "dense", "power");
         let bytes = std::fs::read(&path).unwrap();
         let (mut file, _): (ModelFile, usize) = bincode::serde::decode_from_slice(&bytes, bincode_config()).unwrap();
         edit(&mut file);
@@ -547,7 +639,7 @@ mod tests {
         let manifest_file = dir.join("dev/manifest.json");
         let mut manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(&manifest_file).unwrap()).unwrap();
         for e in &mut manifest.models {
-            if e.file == "dense/power.bin" {
+            if path.ends_with(&e.file) {
                 e.file_sha256 = sha256_hex(&bytes);
             }
         }
@@ -586,14 +678,14 @@ mod tests {
     fn truncated_file_and_missing_store_are_clear_errors() {
         let (dir, _) = saved_store();
         rewrite(dir.path(), |_| {});
-        let path = dir.path().join("dev/dense/power.bin");
+        let path = model_path(dir.path(), "dense", "power");
         let bytes = std::fs::read(&path).unwrap();
         std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
         // The hash check comes first; with a matching hash the decoder must still refuse the truncated file.
         let manifest_file = dir.path().join("dev/manifest.json");
         let mut manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(&manifest_file).unwrap()).unwrap();
         for e in &mut manifest.models {
-            if e.file == "dense/power.bin" {
+            if path.ends_with(&e.file) {
                 e.file_sha256 = sha256_hex(&bytes[..bytes.len() / 2]);
             }
         }

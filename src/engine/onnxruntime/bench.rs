@@ -6,7 +6,7 @@
 //! fusion keeps the name of one of its nodes), so an optimised node belongs to the layer owning its name, else
 //! the layer owning one of its outputs. A product (convolution, matrix product) named after a layer the optimiser
 //! folds into products (a batch norm, an activation, an add: the fused node is named after the tensor it writes)
-//! is the work of the weighted layer that layer follows. A node the engine inserted belongs to the layer whose
+//! is the work of the product that layer follows ([`product_owner`]). A node the engine inserted belongs to the layer whose
 //! tensor it converts: the NCHWc `ReorderInput` to the layer that reads its output, `ReorderOutput` to the one
 //! that wrote its input. What still matches no layer is reported as unattributed.
 //!
@@ -140,41 +140,42 @@ fn owner<'n>(owners: &HashMap<String, String>, name: &'n str) -> Option<&'n str>
 const PRODUCTS: [&str; 7] = ["Conv", "FusedConv", "NhwcConv", "Gemm", "FusedGemm", "MatMul", "FusedMatMul"];
 
 /// The layer whose product a product node named after layer `named` computes. A fused node takes the name of
-/// the tensor it writes: a convolution with its batch norm folded in, named after the batch norm, is the
-/// convolution's work. So walk back from `named` through the layers the optimiser folds into a product (batch
-/// norm, activation, an add) to the weighted layer they follow; `named` itself when there is none.
+/// the tensor it writes: a convolution with its batch norm folded in is named after the batch norm, one that
+/// took a residual add after the add. So resolve `named` back through what the optimiser folds into a product:
+/// an activation or dropout to what it follows, a batch norm to the linear convolution before it (else the batch
+/// norm itself, which runs as a 1x1 convolution), an add to the later of the products feeding it (the one that
+/// computes it); `named` itself when that leads to no product.
 fn product_owner(network: &Network, sources: &[Vec<crate::network::Source>], named: usize) -> usize {
-    use crate::layer::Op;
+    use crate::layer::{Activation, Op};
     use crate::network::Source;
-    let mut layer = named;
-    for _ in 0..network.layers.len() {
-        match &network.layers[layer].op {
-            Op::Conv2d(_) | Op::DepthwiseConv2d(_) | Op::Dense(_) => return layer,
-            Op::BatchNorm | Op::Activation(_) | Op::Add => {}
-            _ => return named,
+    fn resolve(network: &Network, sources: &[Vec<Source>], layer: usize, depth: usize) -> Option<usize> {
+        if depth > network.layers.len() {
+            return None;
         }
-        // The first input that is a layer; an add follows the product among its inputs.
         let inputs = sources.get(layer).map(Vec::as_slice).unwrap_or(&[]);
-        let weighted = inputs.iter().find_map(|s| match s {
-            Source::Layer(l)
-                if matches!(network.layers[*l].op, Op::Conv2d(_) | Op::DepthwiseConv2d(_) | Op::Dense(_)) =>
-            {
-                Some(*l)
-            }
+        let first = inputs.iter().find_map(|s| match s {
+            Source::Layer(l) => Some(*l),
+            Source::Input => None,
+        });
+        match &network.layers[layer].op {
+            Op::Conv2d(_) | Op::DepthwiseConv2d(_) | Op::Dense(_) => Some(layer),
+            Op::BatchNorm => match first.map(|p| (p, &network.layers[p].op)) {
+                Some((p, Op::Conv2d(c))) if c.activation == Activation::Linear => Some(p),
+                Some((p, Op::DepthwiseConv2d(c))) if c.activation == Activation::Linear => Some(p),
+                _ => Some(layer),
+            },
+            Op::Activation(_) | Op::Dropout { .. } => first.and_then(|p| resolve(network, sources, p, depth + 1)),
+            Op::Add => inputs
+                .iter()
+                .filter_map(|s| match s {
+                    Source::Layer(l) => resolve(network, sources, *l, depth + 1),
+                    Source::Input => None,
+                })
+                .max(),
             _ => None,
-        });
-        let next = weighted.or_else(|| {
-            inputs.iter().find_map(|s| match s {
-                Source::Layer(l) => Some(*l),
-                Source::Input => None,
-            })
-        });
-        match next {
-            Some(l) => layer = l,
-            None => return named,
         }
     }
-    named
+    resolve(network, sources, named, 0).unwrap_or(named)
 }
 
 /// The layer index of every node of ONNX Runtime's optimised graph (see the module docs).
