@@ -31,6 +31,7 @@ fn write_store(models_dir: &Path, device: &str, predictors: Vec<(LayerType, Metr
         models: Vec::new(),
         speed_probe: None,
         engine: None,
+        reorder_ms_per_mib: None,
     };
     let mut files = Vec::new();
     for (t, m, p) in predictors {

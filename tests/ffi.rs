@@ -52,6 +52,7 @@ fn write_linear_store(models_dir: &Path) {
         models: Vec::new(),
         speed_probe: None,
         engine: None,
+        reorder_ms_per_mib: None,
     };
     let mut files = Vec::new();
     for (layer_type, slope, intercept, watts) in LINEAR_MODELS {

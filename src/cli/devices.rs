@@ -2,7 +2,6 @@
 
 use perfmodel::collect::sensors::{nvml_device_memory_used, power_sensor, MemorySensor, Sensor};
 use perfmodel::collect::{DeviceProfile, SensorSpec};
-use perfmodel::engine::{Executor, TractExecutor};
 use perfmodel::train::ModelStore;
 use perfmodel::Dirs;
 
@@ -17,7 +16,7 @@ pub fn run(_: Args, dirs: &Dirs) -> anyhow::Result<()> {
         println!("{}: {}", p.name, p.description);
         let machine = p.machine_status(perfmodel::device::Fingerprint::of_host());
         println!("  machine      {machine}");
-        let engine = match TractExecutor::new(p.threads) {
+        let engine = match perfmodel::engine::executor_for(&p) {
             Ok(e) => format!("{} ({} thread(s)): available", e.describe(), p.threads),
             Err(e) => format!("{} ({} thread(s)): unavailable: {e}", p.executor, p.threads),
         };

@@ -111,8 +111,8 @@ fn current_speed(estimator: &Estimator, dirs: &Dirs) -> anyhow::Result<(f64, f64
         .manifest()
         .nominal_probe_ms()
         .map_err(|why| invalid(format!("the models of device '{}' {why}", device.name)))?;
-    let executor = perfmodel::engine::TractExecutor::new(device.threads)?;
-    let mut probe = SpeedProbe::new(&executor, device.protocol.burn_in_runs)?;
+    let executor = perfmodel::engine::executor_for(&device)?;
+    let mut probe = SpeedProbe::new(executor.as_ref(), device.protocol.burn_in_runs)?;
     let mut readings = Vec::with_capacity(CURRENT_SPEED_READINGS);
     for _ in 0..CURRENT_SPEED_READINGS {
         readings.push(probe.measure()?);

@@ -4,7 +4,7 @@
 use super::estimate::EstimatorArgs;
 use anyhow::Context;
 use perfmodel::collect::profile::DeviceProfile;
-use perfmodel::engine::profile_network;
+use perfmodel::engine::profile_networks;
 use perfmodel::estimate::outliers::{find_outliers, read_measured, MeasuredLayer};
 use perfmodel::estimate::request::{apply_zero_shot, zero_shot_of};
 use perfmodel::Dirs;
@@ -45,8 +45,11 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
         Some(path) => read_measured(path)?,
         None => {
             let device = DeviceProfile::load(&dirs.collectors, &choice.device)?;
-            let profile = profile_network(&net, device.threads, args.rounds, 3)
-                .with_context(|| format!("benchmarking {}", args.net.display()))?;
+            // Measured with the device's own engine, as its models were.
+            let executor = perfmodel::engine::executor_for(&device)?;
+            let profile = profile_networks(std::slice::from_ref(&net), executor.as_ref(), args.rounds, 3, args.rounds)
+                .with_context(|| format!("benchmarking {}", args.net.display()))?
+                .remove(0);
             profile.layers.into_iter().map(|l| MeasuredLayer { name: l.name, latency_ms: l.latency_ms }).collect()
         }
     };

@@ -6,7 +6,6 @@
 
 use perfmodel::collect::speed::{nominal_ms, SpeedProbe};
 use perfmodel::collect::DeviceProfile;
-use perfmodel::engine::TractExecutor;
 use perfmodel::Dirs;
 use std::time::{Duration, Instant};
 
@@ -39,8 +38,8 @@ fn parse_seconds(text: &str) -> Result<f64, String> {
 
 pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
     let profile = DeviceProfile::load(&dirs.collectors, &args.device)?;
-    let executor = TractExecutor::new(profile.threads)?;
-    let mut probe = SpeedProbe::new(&executor, profile.protocol.burn_in_runs)?;
+    let executor = perfmodel::engine::executor_for(&profile)?;
+    let mut probe = SpeedProbe::new(executor.as_ref(), profile.protocol.burn_in_runs)?;
     let started = Instant::now();
     let mut readings = Vec::new();
     while readings.is_empty() || started.elapsed().as_secs_f64() < args.seconds {

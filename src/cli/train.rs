@@ -97,8 +97,11 @@ fn options(args: &Args) -> Result<TrainOptions, Error> {
         jobs: args.jobs,
         host_engine: perfmodel::train::pipeline::HostEngine::Off,
         transfer_from: Vec::new(),
+        reorder_ms_per_mib: None,
     })
 }
+
+use perfmodel::engine::{GraphOptimization, OrtExecutor};
 
 pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
     let mut options = options(&args)?;
@@ -109,7 +112,17 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
     // The engine is asked here, so only for a device whose profile records no other machine than this one.
     let collectors = &dirs.collectors;
     let host = perfmodel::device::Fingerprint::of_host();
-    options.host_engine = match perfmodel::collect::profile::DeviceProfile::load(collectors, &args.device) {
+    let profile = perfmodel::collect::profile::DeviceProfile::load(collectors, &args.device);
+    // ONNX Runtime's layout conversions, timed here for a device measured here with its blocked layout.
+    if let Ok(p) = &profile {
+        let level = p.graph_optimization.unwrap_or_default();
+        if p.host && p.executor == "onnxruntime" && p.check_host(host).is_ok() && level == GraphOptimization::All {
+            let rate = OrtExecutor::new(p.threads, level)?.reorder_ms_per_mib()?;
+            eprintln!("ONNX Runtime's layout conversions cost {rate:.4} ms per MiB here (subtracted where a network needs none)");
+            options.reorder_ms_per_mib = Some(rate);
+        }
+    }
+    options.host_engine = match profile {
         Ok(p) if p.check_host(host).is_err() => {
             eprintln!(
                 "device '{}' was measured on another machine: its models are trained without this machine's \

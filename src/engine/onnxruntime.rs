@@ -25,6 +25,7 @@ use prost::Message;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -250,6 +251,95 @@ impl OrtExecutor {
     }
 }
 
+/// Opset domain of ONNX Runtime's blocked-layout operators.
+const NCHWC_DOMAIN: &str = "com.microsoft.nchwc";
+
+/// A model that converts a `[1, channels, side, side]` tensor into ONNX Runtime's blocked layout and back
+/// (`ReorderInput`, `ReorderOutput`): the two conversions a blocked layer measured alone runs around itself.
+fn reorder_pair(channels: usize, side: usize) -> Exported {
+    use tract_onnx::pb::{
+        attribute_proto::AttributeType, tensor_proto::DataType, tensor_shape_proto, type_proto, AttributeProto,
+        GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto, ValueInfoProto,
+    };
+    let info = |name: &str| ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            denotation: String::new(),
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: DataType::Float as i32,
+                shape: Some(TensorShapeProto {
+                    dim: [1, channels, side, side]
+                        .iter()
+                        .map(|&d| tensor_shape_proto::Dimension {
+                            denotation: String::new(),
+                            value: Some(tensor_shape_proto::dimension::Value::DimValue(d as i64)),
+                        })
+                        .collect(),
+                }),
+            })),
+        }),
+        doc_string: String::new(),
+    };
+    let node = |name: &str, op: &str, input: &str, output: &str, attribute: Vec<AttributeProto>| NodeProto {
+        name: name.into(),
+        op_type: op.into(),
+        domain: NCHWC_DOMAIN.into(),
+        input: vec![input.into()],
+        output: vec![output.into()],
+        attribute,
+        ..Default::default()
+    };
+    let channels_attr = AttributeProto {
+        name: "channels".into(),
+        r#type: AttributeType::Int as i32,
+        i: channels as i64,
+        ..Default::default()
+    };
+    let graph = GraphProto {
+        node: vec![
+            node("to_blocked", "ReorderInput", "x", "blocked", vec![]),
+            node("from_blocked", "ReorderOutput", "blocked", "y", vec![channels_attr]),
+        ],
+        name: "reorder".into(),
+        input: vec![info("x")],
+        output: vec![info("y")],
+        ..Default::default()
+    };
+    let model = ModelProto {
+        ir_version: 7,
+        opset_import: vec![
+            OperatorSetIdProto { domain: String::new(), version: crate::onnx::export::OPSET },
+            OperatorSetIdProto { domain: NCHWC_DOMAIN.into(), version: 1 },
+        ],
+        producer_name: "perfmodel".into(),
+        graph: Some(graph),
+        ..Default::default()
+    };
+    Exported { model, owners: HashMap::new() }
+}
+
+impl OrtExecutor {
+    /// What one layout conversion into or out of ONNX Runtime's blocked layout costs here, in ms per MiB of
+    /// the tensor converted: the slope of the time of a conversion pair over tensors of 64 channels from 16x16
+    /// to 128x128 (0.06-4 MiB), halved. A blocked layer measured alone pays two conversions that it does not
+    /// pay inside a blocked region of a network (see `engine::rules::OnnxRuntime`).
+    pub fn reorder_ms_per_mib(&self) -> Result<f64> {
+        let mut points = Vec::new();
+        for side in [16usize, 32, 64, 96, 128] {
+            let exported = reorder_pair(64, side);
+            let mut workload = OrtWorkload::build(self, &exported, "layout conversion pair", Ok)?;
+            let times = super::time_runs(&mut workload, 3, 15, std::time::Duration::from_millis(150), 400)?;
+            let ms = crate::stats::median(&times).unwrap_or(0.0);
+            points.push(((64 * side * side * 4) as f64 / crate::units::MIB, ms));
+        }
+        let n = points.len() as f64;
+        let (mx, my) = (points.iter().map(|p| p.0).sum::<f64>() / n, points.iter().map(|p| p.1).sum::<f64>() / n);
+        let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+        let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+        Ok((sxy / sxx / 2.0).max(0.0))
+    }
+}
+
 impl Executor for OrtExecutor {
     fn describe(&self) -> String {
         format!("onnxruntime {} (optimisation {})", self.runtime.version, self.optimization.name())
@@ -396,6 +486,18 @@ mod tests {
         let lib = Path::new("/x/capi/libonnxruntime.so.1.32.0");
         assert_eq!(version_from_file_name(lib).as_deref(), Some("1.32.0"));
         assert_eq!(version_from_file_name(Path::new("/x/libonnxruntime.so")), None);
+    }
+
+    #[test]
+    fn a_layout_conversion_pair_gives_its_input_back_and_has_a_cost() {
+        let ort = executor(GraphOptimization::All);
+        let mut workload = OrtWorkload::build(&ort, &reorder_pair(24, 7), "pair", Ok).unwrap();
+        let input = workload.inputs[0].1.try_extract_tensor::<f32>().unwrap().1.to_vec();
+        let output = workload.run_outputs().unwrap();
+        assert_eq!(output[0].0, vec![1, 24, 7, 7]);
+        assert_eq!(output[0].1, input, "blocked and back is the identity");
+        let rate = ort.reorder_ms_per_mib().unwrap();
+        assert!(rate.is_finite() && rate > 0.0, "{rate} ms per MiB");
     }
 
     #[test]

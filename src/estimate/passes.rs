@@ -319,6 +319,26 @@ pub(super) fn latency(
         .collect()
 }
 
+/// Pass 2b: take off a running layer's latency the layout conversions it paid when measured alone and does not
+/// pay in this network ([`EngineRules::layout_bytes_saved`], at `ms_per_mib`). At most half of its latency: a
+/// conversion costs less than the layer it surrounds.
+pub(super) fn layout_conversions(
+    net: &Network,
+    analysis: &Analysis,
+    plan: &Plan,
+    rules: &dyn EngineRules,
+    ms_per_mib: f64,
+    latency: &mut [Option<f64>],
+) {
+    for (i, t) in latency.iter_mut().enumerate() {
+        let Some(ms) = t.as_mut() else { continue };
+        let saved = rules.layout_bytes_saved(net, analysis, plan, i);
+        if saved > 0 {
+            *ms -= (saved as f64 / crate::units::MIB * ms_per_mib).min(*ms / 2.0);
+        }
+    }
+}
+
 /// Pass 3: each layer's energy, latency × power (ms × W = mJ); 0 for a layer that does not run. Returns the
 /// energies and how many running layers have no power prediction.
 pub(super) fn energy(latency: &[Option<f64>], answers: &[Answer]) -> (Vec<Option<f64>>, usize) {

@@ -150,9 +150,12 @@ pub fn zero_shot_of(choice: &Choice, estimator: &Estimator, dirs: &Dirs) -> Resu
     let Method::Learned(store) = estimator.method() else {
         return Err(Error::Invalid(format!("--zero-shot needs --method learned, not {}", estimator.method().name())));
     };
-    let threads = DeviceProfile::load(&dirs.collectors, &choice.device).map_or(1, |p| p.threads);
-    let executor = crate::engine::TractExecutor::new(threads)?;
-    Ok(Some(ZeroShot::measure(store, &executor)?))
+    // The probes run with the engine the source device's rows were measured with.
+    let executor: Box<dyn crate::engine::Executor> = match DeviceProfile::load(&dirs.collectors, &choice.device) {
+        Ok(profile) => crate::engine::executor_for(&profile)?,
+        Err(_) => Box::new(crate::engine::TractExecutor::new(1)?),
+    };
+    Ok(Some(ZeroShot::measure(store, executor.as_ref())?))
 }
 
 impl Opened {

@@ -9,7 +9,7 @@ use crate::collect::speed::{
 use crate::collect::speed::{SpeedProbe, MIN_ROUNDS_NEAR_NOMINAL, PROBE_MAX_AGE};
 use crate::device::Fingerprint;
 use crate::dirs::Dirs;
-use crate::engine::{profile_networks_observed, BenchObserver, BenchStep, NetworkProfile, RoundPlan, TractExecutor};
+use crate::engine::{profile_networks_observed, BenchObserver, BenchStep, NetworkProfile, RoundPlan};
 use crate::error::Result;
 use crate::estimate::request::{trained_here_note, Opened};
 use crate::estimate::{Estimate, Estimator, Method};
@@ -452,10 +452,9 @@ pub fn bench_with_speed_probe(
     warmup: usize,
     log: &mut dyn FnMut(String),
 ) -> Result<(Vec<NetworkProfile>, ProbeReadings)> {
+    // The probe runs with the device's engine, as it did next to every collected row.
     let executor = crate::engine::executor_for(device)?;
-    // The probe measures the machine's speed, with tract whatever the device's engine.
-    let probe_engine = TractExecutor::new(device.threads)?;
-    let probe = match nominal_ms.map(|_| SpeedProbe::new(&probe_engine, device.protocol.burn_in_runs)) {
+    let probe = match nominal_ms.map(|_| SpeedProbe::new(executor.as_ref(), device.protocol.burn_in_runs)) {
         Some(Ok(p)) => Some(p),
         Some(Err(e)) => {
             log(format!("note: machine speed not measured: {e}"));

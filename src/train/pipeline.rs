@@ -45,6 +45,9 @@ pub struct TrainOptions {
     /// learn this device's values relative to a source's prediction ([`TransferMode`]); cross-validation on
     /// this device's rows decides between them and training from scratch.
     pub transfer_from: Vec<Arc<ModelStore>>,
+    /// What one of ONNX Runtime's layout conversions costs on the device, in ms per MiB (timed by `train` for a
+    /// device measured here with ONNX Runtime's blocked layout), recorded in the manifest for the estimate.
+    pub reorder_ms_per_mib: Option<f64>,
 }
 
 impl Default for TrainOptions {
@@ -61,6 +64,7 @@ impl Default for TrainOptions {
             jobs: 0,
             host_engine: HostEngine::Off,
             transfer_from: Vec::new(),
+            reorder_ms_per_mib: None,
         }
     }
 }
@@ -486,7 +490,7 @@ pub fn train_device(
             message: format!("nothing to train ({})", reasons.join("; ")),
         });
     }
-    let manifest = write_models(models_dir, device, &results, nominal, engine_of(&all))?;
+    let manifest = write_models(models_dir, device, &results, nominal, engine_of(&all), options.reorder_ms_per_mib)?;
     Ok(TrainRun { device: device.to_string(), results, skipped, manifest })
 }
 
@@ -587,6 +591,7 @@ fn write_models(
     results: &[TripletResult],
     speed_probe: Option<NominalSpeed>,
     engine: Option<String>,
+    reorder_ms_per_mib: Option<f64>,
 ) -> Result<Manifest> {
     let mut entries: Vec<ModelEntry> = Vec::new();
     let mut files: Vec<ModelFile> = Vec::new();
@@ -641,6 +646,7 @@ fn write_models(
         models: entries,
         speed_probe,
         engine,
+        reorder_ms_per_mib,
     };
     ModelStore::save(models_dir, &mut manifest, &files)?;
     Ok(manifest)

@@ -69,6 +69,11 @@ pub struct Manifest {
     /// other than tract were collected: tract.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<String>,
+    /// What one of ONNX Runtime's layout conversions costs on the device, ms per MiB of the tensor (see
+    /// `OrtExecutor::reorder_ms_per_mib`): a blocked layer measured alone paid two, inside a network it may pay
+    /// none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reorder_ms_per_mib: Option<f64>,
 }
 
 impl Manifest {
@@ -505,6 +510,7 @@ mod tests {
             models: entries,
             speed_probe: None,
             engine: None,
+            reorder_ms_per_mib: None,
         };
         ModelStore::save(dir.path(), &mut manifest, &files).unwrap();
         (dir, saved)
@@ -521,6 +527,7 @@ mod tests {
             models: Vec::new(),
             speed_probe: None,
             engine: None,
+            reorder_ms_per_mib: None,
         };
         assert!(manifest.nominal_probe_ms().unwrap_err().contains("no nominal speed"));
         // Written before the elasticity existed: the latencies were scaled fully (elasticity 1).

@@ -237,7 +237,8 @@ pub(crate) fn attribute(
 }
 
 /// For every layer of `network`, the operators of the nodes ONNX Runtime's optimiser leaves for it (the layout
-/// reorders it inserts left out): what the engine rules are checked against.
+/// reorders it inserts left out; operators working on blocked-layout tensors as `nchwc.Conv`, `nchwc.Concat`):
+/// what the engine rules are checked against.
 #[cfg(test)]
 pub(crate) fn optimized_nodes_per_layer(executor: &OrtExecutor, network: &Network) -> Result<Vec<Vec<String>>> {
     let exported = export_network(network)?;
@@ -251,12 +252,23 @@ pub(crate) fn optimized_nodes_per_layer(executor: &OrtExecutor, network: &Networ
     let graph = read_optimized(&path, &what)?;
     let layer_of_node = attribute(&graph, &exported.owners, network);
     let mut per_layer = vec![Vec::new(); network.layers.len()];
+    // Tensors in the blocked layout: written by a blocked-layout operator (other than ReorderOutput), or by a
+    // plain element-wise operator or concat reading one (they work on blocked tensors as they are).
+    let mut blocked_tensors: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    const LAYOUT_FREE: [&str; 7] = ["Concat", "Add", "Sum", "Mul", "Relu", "Sigmoid", "Tanh"];
     for node in graph.graph.iter().flat_map(|g| &g.node) {
+        let nchwc_domain = node.domain == "com.microsoft.nchwc";
+        let blocked = (nchwc_domain && node.op_type != "ReorderOutput")
+            || (LAYOUT_FREE.contains(&node.op_type.as_str())
+                && node.input.iter().any(|t| blocked_tensors.contains(t.as_str())));
+        if blocked {
+            blocked_tensors.extend(node.output.iter().map(String::as_str));
+        }
         if node.op_type.starts_with("Reorder") {
             continue;
         }
         if let Some(Some(layer)) = layer_of_node.get(&node.name) {
-            per_layer[*layer].push(node.op_type.clone());
+            per_layer[*layer].push(if blocked { format!("nchwc.{}", node.op_type) } else { node.op_type.clone() });
         }
     }
     Ok(per_layer)

@@ -1,23 +1,25 @@
 //! ONNX Runtime's rules (CPU execution provider) at a graph-optimisation level, as its optimiser rewrites the
 //! graphs perfmodel exports. Each is checked by a test against the optimised graph ONNX Runtime saves
-//! (`optimized_model_filepath`):
+//! (`optimized_model_filepath`), the layout included:
 //!
-//! - `basic` folds a batch norm into the linear convolution before it (`ConvBNFusion`);
+//! - `basic` folds a batch norm into the linear convolution before it (`ConvBNFusion`) and a zero padding into
+//!   the convolution reading it;
 //! - `extended` also runs the activation a convolution or dense layer is followed by inside it (`FusedConv`,
 //!   `FusedGemm`: ReLU, ReLU6 as `Clip`, leaky ReLU, sigmoid, hard sigmoid, tanh);
-//! - `all` adds the NCHWc layout transform on x86 (blocks of 16 channels with AVX-512, 8 with AVX2): a
-//!   convolution runs blocked (its output channels padded to whole blocks), applies hard swish too, and takes a
-//!   residual add of a tensor of the same shape into its output (the add's ReLU with it) when the add is its
-//!   only reader.
+//! - `all` adds a residual add into the linear convolution feeding it (its sum input; the add's ReLU with it)
+//!   when the add is that convolution's only reader, and the NCHWc layout on x86 (blocks of 16 channels with
+//!   AVX-512, 8 with AVX2; [`OnnxRuntime::converted`] says which layers): blocked convolutions apply hard swish
+//!   too, and a batch norm that is not folded runs as a blocked 1x1 depthwise convolution taking the activation
+//!   after it (DenseNet's pre-activations).
 //!
-//!   A batch norm that is not folded into a convolution runs as a blocked 1x1 depthwise convolution, which takes
-//!   the activation after it (DenseNet's pre-activations).
+//! The layout costs time at its borders: a blocked layer measured alone converted its input into the blocked
+//! layout and its output back (`ReorderInput`, `ReorderOutput`), which inside a blocked region of a network it
+//! does not ([`EngineRules::layout_bytes_saved`]; the estimate takes them off at the rate `train` timed).
 //!
 //! Not followed yet: the two channel slices of ShuffleNet's split, which ONNX Runtime runs as one `Split` at
-//! `extended` and above. What ONNX Runtime adds around blocked regions (`ReorderInput`, `ReorderOutput`) is not in the plan yet: a
-//! layer measured alone pays for both of its reorders, a layer inside a blocked region for none.
+//! `extended` and above.
 
-use super::EngineRules;
+use super::{EngineRules, Plan};
 use crate::engine::GraphOptimization;
 use crate::layer::{Activation, Op};
 use crate::network::{Analysis, Network, Source};
@@ -66,12 +68,90 @@ impl OnnxRuntime {
         rank(self.level) >= rank(level)
     }
 
-    /// Whether a convolution runs in the blocked layout (level `all`; its output channels are padded to whole
-    /// blocks).
-    fn blocked(&self, op: &Op) -> bool {
-        self.at_least(GraphOptimization::All)
-            && self.nchwc_block > 0
-            && matches!(op, Op::Conv2d(_) | Op::DepthwiseConv2d(_))
+    fn nchwc(&self) -> bool {
+        self.at_least(GraphOptimization::All) && self.nchwc_block > 0
+    }
+
+    /// Whether ONNX Runtime runs layer `i` (a convolution) in the blocked layout (its `NchwcTransformer`): an
+    /// ungrouped convolution whose input has fewer channels than a block or a multiple of 4; a depthwise one
+    /// with a multiple of 4 channels; another grouped one when its input channels and each group's output
+    /// channels fill whole blocks. Output channels are padded to whole blocks.
+    fn conv_blocked(&self, net: &Network, analysis: &Analysis, i: usize) -> bool {
+        if !self.nchwc() {
+            return false;
+        }
+        let block = self.nchwc_block;
+        let in_c = analysis.input_shapes[i].first().and_then(|s| s.first()).copied().unwrap_or(0);
+        let out_c = analysis.output_shapes[i].first().copied().unwrap_or(0);
+        let grouped = |groups: usize| {
+            let depthwise = in_c == groups && out_c == groups;
+            if depthwise {
+                out_c.is_multiple_of(4)
+            } else {
+                out_c.is_multiple_of(4)
+                    && in_c.is_multiple_of(block)
+                    && out_c.is_multiple_of(groups)
+                    && (out_c / groups).is_multiple_of(block)
+            }
+        };
+        match &net.layers[i].op {
+            Op::Conv2d(c) if c.groups == 1 => in_c < block || in_c.is_multiple_of(4),
+            Op::Conv2d(c) => grouped(c.groups),
+            Op::DepthwiseConv2d(_) => grouped(in_c),
+            _ => false,
+        }
+    }
+
+    /// Whether a blocked convolution reads its input in the plain layout directly (fewer input channels than a
+    /// block, ungrouped): measured alone it converted no input.
+    fn reads_plain_input(&self, net: &Network, analysis: &Analysis, i: usize) -> bool {
+        let in_c = analysis.input_shapes[i].first().and_then(|s| s.first()).copied().unwrap_or(0);
+        matches!(&net.layers[i].op, Op::Conv2d(c) if c.groups == 1) && in_c < self.nchwc_block
+    }
+
+    /// Which layers' outputs are in ONNX Runtime's blocked layout in `net`, in order: blocked convolutions (unless
+    /// an activation of their own runs apart), poolings of whole blocks of channels (whatever their input; a
+    /// global one unless flattened), and, when every input is blocked, a batch norm (a 1x1 depthwise convolution then), an add or multiply of equal shapes, a
+    /// channel concat of whole blocks, a ReLU, sigmoid or tanh; a dropout (removed) passes its input's layout on.
+    /// A layer run inside another has its owner's layout.
+    fn converted(&self, net: &Network, analysis: &Analysis, plan: &Plan) -> Vec<bool> {
+        let n = net.layers.len();
+        let mut converted = vec![false; n];
+        if !self.nchwc() {
+            return converted;
+        }
+        let block = self.nchwc_block;
+        for (i, layer) in net.layers.iter().enumerate() {
+            let srcs = &analysis.sources[i];
+            let inputs_blocked =
+                !srcs.is_empty() && srcs.iter().all(|s| matches!(s, Source::Layer(j) if converted[*j]));
+            let channels = analysis.input_shapes[i].first().and_then(|s| s.first()).copied().unwrap_or(0);
+            let same_shapes = analysis.input_shapes[i].windows(2).all(|w| w[0] == w[1]);
+            converted[i] = match &layer.op {
+                // An activation of its own that the blocked kernel does not apply (swish, GELU, softmax) runs on
+                // the plain output, after a conversion back.
+                Op::Conv2d(_) | Op::DepthwiseConv2d(_) => {
+                    self.conv_blocked(net, analysis, i) && self.own_activation_kind(&layer.op) != Some("activation")
+                }
+                Op::MaxPool2d(_) | Op::AvgPool2d(_) => channels.is_multiple_of(block),
+                // Converted whatever its input, like the other poolings; a flattened output is plain again.
+                Op::GlobalAvgPool2d | Op::GlobalMaxPool2d => {
+                    channels.is_multiple_of(block) && analysis.output_shapes[i].len() == 3
+                }
+                Op::BatchNorm | Op::Dropout { .. } => inputs_blocked,
+                Op::Add | Op::Multiply => inputs_blocked && same_shapes,
+                Op::Concat { axis } => {
+                    inputs_blocked
+                        && matches!(axis, 0 | -3)
+                        && analysis.input_shapes[i].iter().all(|s| s.first().is_some_and(|c| c.is_multiple_of(block)))
+                }
+                Op::Activation(a) => {
+                    inputs_blocked && matches!(a, Activation::Relu | Activation::Sigmoid | Activation::Tanh)
+                }
+                _ => false,
+            } || plan.owner(i).is_some_and(|o| o < i && converted[o]);
+        }
+        converted
     }
 }
 
@@ -88,7 +168,7 @@ impl EngineRules for OnnxRuntime {
         match op {
             Op::Conv2d(_) | Op::DepthwiseConv2d(_) | Op::Dense(_) => true,
             // A batch norm of its own runs as a blocked 1x1 depthwise convolution.
-            Op::BatchNorm => self.nchwc_block > 0 && self.at_least(GraphOptimization::All),
+            Op::BatchNorm => self.nchwc(),
             _ => false,
         }
     }
@@ -108,7 +188,7 @@ impl EngineRules for OnnxRuntime {
                 | Activation::Tanh
         );
         // Hard swish only in the blocked kernels.
-        fused || (a == Activation::HardSwish && self.at_least(GraphOptimization::All) && blocked_kind(producer))
+        fused || (a == Activation::HardSwish && self.nchwc() && blocked_kind(producer))
     }
 
     fn folds_batch_norm(&self) -> bool {
@@ -119,25 +199,84 @@ impl EngineRules for OnnxRuntime {
         self.at_least(GraphOptimization::Basic)
     }
 
+    fn layout_bytes_saved(&self, net: &Network, analysis: &Analysis, plan: &Plan, i: usize) -> u64 {
+        if !self.nchwc() || !plan.runs(i) {
+            return 0;
+        }
+        // What layer i converted when measured alone: a blocked convolution its input (unless it reads it plain)
+        // and its output; a max or average pooling of whole blocks both.
+        let block = self.nchwc_block;
+        let channels = analysis.input_shapes[i].first().and_then(|s| s.first()).copied().unwrap_or(0);
+        let (paid_in, paid_out) = match &net.layers[i].op {
+            Op::Conv2d(_) | Op::DepthwiseConv2d(_) if self.conv_blocked(net, analysis, i) => {
+                // With an activation of its own that runs apart, its output is converted back in a network too.
+                let own_apart = self.own_activation_kind(&net.layers[i].op) == Some("activation");
+                (!self.reads_plain_input(net, analysis, i), !own_apart)
+            }
+            Op::MaxPool2d(_) | Op::AvgPool2d(_) if channels.is_multiple_of(block) => (true, true),
+            Op::GlobalAvgPool2d | Op::GlobalMaxPool2d if channels.is_multiple_of(block) => {
+                (true, analysis.output_shapes[i].len() == 3)
+            }
+            _ => return 0,
+        };
+        let converted = self.converted(net, analysis, plan);
+        let mut saved = 0;
+        if paid_in {
+            if let Some(Source::Layer(j)) = analysis.sources[i].first() {
+                if converted[*j] {
+                    saved += analysis.costs[i].input_elems * 4;
+                }
+            }
+        }
+        // Here its output stays blocked when every reader of what its kernel writes (its own output, or that of
+        // a layer run inside it) is converted too, or runs inside a converted layer.
+        if paid_out {
+            let writes = |k: usize| k == i || plan.owner(k) == Some(i);
+            let readers: Vec<usize> = (0..net.layers.len())
+                .filter(|&c| !writes(c))
+                .filter(|&c| analysis.sources[c].iter().any(|s| matches!(s, Source::Layer(w) if writes(*w))))
+                .collect();
+            // A reader takes a blocked tensor when its output is blocked, when it is a blocked convolution that
+            // reads blocked input (even if an activation of its own then runs apart), or a pooling of whole blocks.
+            let reads_blocked = |c: usize| {
+                let c_channels = analysis.input_shapes[c].first().and_then(|s| s.first()).copied().unwrap_or(0);
+                converted[c]
+                    || match &net.layers[c].op {
+                        Op::Conv2d(_) | Op::DepthwiseConv2d(_) => {
+                            self.conv_blocked(net, analysis, c) && !self.reads_plain_input(net, analysis, c)
+                        }
+                        Op::MaxPool2d(_) | Op::AvgPool2d(_) | Op::GlobalAvgPool2d | Op::GlobalMaxPool2d => {
+                            c_channels.is_multiple_of(block)
+                        }
+                        _ => false,
+                    }
+            };
+            let keeps = |c: usize| reads_blocked(c) || plan.owner(c).is_some_and(|o| converted[o]);
+            if !readers.is_empty() && readers.iter().all(|&c| keeps(c)) {
+                saved += analysis.costs[i].output_elems * 4;
+            }
+        }
+        saved
+    }
+
     fn residual_adds(&self, net: &Network, analysis: &Analysis, consumers_of: &[u32]) -> Vec<Option<(usize, usize)>> {
         let n = net.layers.len();
         let mut into = vec![None; n];
         if !self.at_least(GraphOptimization::All) || self.nchwc_block == 0 {
             return into;
         }
-        // Back from an input of the add, through what the convolution takes in (its folded batch norm, the
-        // activation it applies, a dropout inference drops), each read by the next alone, to a blocked
-        // convolution.
+        // Back from an input of the add, through its folded batch norm or a dropout, each read by the next alone,
+        // to a convolution with no activation of its own: the add becomes its sum input (the blocked kernel's, or
+        // the plain `FusedConv`'s), and an activation after the add runs inside it too.
         let blocked_conv = |mut j: usize| -> Option<usize> {
             loop {
                 if consumers_of[j] != 1 {
                     return None;
                 }
-                let op = &net.layers[j].op;
-                match (op, analysis.sources[j].as_slice()) {
-                    (Op::Conv2d(_) | Op::DepthwiseConv2d(_), _) => return self.blocked(op).then_some(j),
+                match (&net.layers[j].op, analysis.sources[j].as_slice()) {
+                    (Op::Conv2d(c), _) if c.activation == Activation::Linear => return Some(j),
+                    (Op::DepthwiseConv2d(c), _) if c.activation == Activation::Linear => return Some(j),
                     (Op::BatchNorm, [Source::Layer(p)]) if self.folds_batch_norm() => j = *p,
-                    (Op::Activation(a), [Source::Layer(p)]) if self.fuses_activation(&net.layers[*p].op, *a) => j = *p,
                     (Op::Dropout { .. }, [Source::Layer(p)]) => j = *p,
                     _ => return None,
                 }
@@ -183,11 +322,22 @@ mod tests {
         let executor = OrtExecutor::new(1, level).unwrap_or_else(|e| panic!("these tests need ONNX Runtime: {e}"));
         let nodes = optimized_nodes_per_layer(&executor, net).unwrap();
         let rules = OnnxRuntime::on_this_machine(level);
-        let plan = rules.plan(net, &net.analyze().unwrap());
+        let analysis = net.analyze().unwrap();
+        let plan = rules.plan(net, &analysis);
+        let converted = rules.converted(net, &analysis, &plan);
         let mut wrong = Vec::new();
         for (i, layer) in net.layers.iter().enumerate() {
             if matches!(plan.role(i), Role::Free) {
                 continue;
+            }
+            // The layout too: a running layer's output is blocked exactly when ONNX Runtime's last node for it
+            // writes a blocked tensor.
+            let blocked = nodes[i].last().is_some_and(|op| op.starts_with("nchwc."));
+            if plan.runs(i) && converted[i] != blocked {
+                wrong.push(format!(
+                    "{} '{}' ({level:?}): blocked layout {}, ONNX Runtime nodes {:?}",
+                    net.name, layer.name, converted[i], nodes[i]
+                ));
             }
             let runs = plan.runs(i);
             if runs != !nodes[i].is_empty() {
@@ -210,6 +360,36 @@ mod tests {
     }
 
     #[test]
+    fn layout_conversions_are_saved_only_inside_blocked_regions() {
+        let net = Network::from_json_str(
+            r#"{"name": "chain", "input_shape": [3, 32, 32], "layers": [
+              {"name": "first", "type": "conv2d", "filters": 32, "kernel": [3, 3], "padding": "same", "activation": "relu"},
+              {"name": "middle", "type": "conv2d", "filters": 32, "kernel": [3, 3], "padding": "same", "activation": "relu"},
+              {"name": "last", "type": "conv2d", "filters": 32, "kernel": [1, 1], "activation": "swish"},
+              {"name": "pool", "type": "global_avg_pool2d"},
+              {"name": "fc", "type": "dense", "units": 10}]}"#,
+            "chain.json",
+        )
+        .unwrap();
+        let analysis = net.analyze().unwrap();
+        let rules = OnnxRuntime { level: GraphOptimization::All, nchwc_block: 16 };
+        let plan = rules.plan(&net, &analysis);
+        let saved = |i: usize| rules.layout_bytes_saved(&net, &analysis, &plan, i);
+        let tensor = 32 * 32 * 32 * 4;
+        // Reads the 3-channel image directly; its output stays blocked for `middle`.
+        assert_eq!(saved(0), tensor);
+        // Blocked in and out.
+        assert_eq!(saved(1), 2 * tensor);
+        // Its swish runs apart on the plain output: only its input is saved.
+        assert_eq!(saved(2), tensor);
+        // Nothing is saved below `all`, or without a blocked layout.
+        let extended = OnnxRuntime { level: GraphOptimization::Extended, nchwc_block: 16 };
+        assert_eq!(extended.layout_bytes_saved(&net, &analysis, &extended.plan(&net, &analysis), 1), 0);
+        let plain = OnnxRuntime { level: GraphOptimization::All, nchwc_block: 0 };
+        assert_eq!(plain.layout_bytes_saved(&net, &analysis, &plain.plan(&net, &analysis), 1), 0);
+    }
+
+    #[test]
     fn rules_are_chosen_by_the_engine_that_measured_the_models() {
         let rules = OnnxRuntime::for_engine("onnxruntime 1.32.0 (optimisation extended)").unwrap();
         assert_eq!(rules.level, GraphOptimization::Extended);
@@ -227,6 +407,8 @@ mod tests {
             "torchvision/efficientnet_b0.json",
             "torchvision/densenet121.json",
             "inceptionv3.json",
+            "holdout/shufflenet_like.json",
+            "holdout/yolo_tiny_backbone.json",
         ];
         let mut wrong = Vec::new();
         for name in nets {
