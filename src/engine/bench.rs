@@ -44,7 +44,7 @@ pub struct NetworkProfile {
     pub node_memory: Vec<NodeMemory>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct TotalProfile {
     /// Median latency of one whole-network inference (whole batch).
     pub latency_ms: f64,
@@ -212,6 +212,54 @@ pub fn profile_networks_observed(
     benches.into_iter().map(|b| b.finish()).collect()
 }
 
+/// The timed whole-network runs of one network: the wall clock, and the calling thread's CPU clock as long as it
+/// can be read.
+pub(super) struct Rounds {
+    wall: Vec<f64>,
+    cpu: Vec<f64>,
+    cpu_readable: bool,
+}
+
+impl Rounds {
+    pub(super) fn new(rounds: usize) -> Rounds {
+        let reserve = rounds.min(PREALLOCATED_ROUNDS);
+        Rounds { wall: Vec::with_capacity(reserve), cpu: Vec::with_capacity(reserve), cpu_readable: true }
+    }
+
+    /// Time one run on both clocks.
+    pub(super) fn time<T>(&mut self, run: impl FnOnce() -> Result<T>) -> Result<()> {
+        let (ran, wall_ms, cpu_ms) = time_both(run);
+        ran?;
+        self.wall.push(wall_ms);
+        match cpu_ms {
+            Some(ms) if self.cpu_readable => self.cpu.push(ms),
+            _ => {
+                self.cpu_readable = false;
+                self.cpu.clear();
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.wall.len()
+    }
+
+    /// The latency fields of a profile (the memory fields left empty): median, fastest and slowest round, every
+    /// round, and on the CPU clock only when the runs computed on this thread (`one_thread`: a pool computes
+    /// on its own threads).
+    pub(super) fn total(self, one_thread: bool) -> TotalProfile {
+        TotalProfile {
+            latency_ms: median(&self.wall).unwrap_or(0.0),
+            latency_min_ms: self.wall.iter().copied().fold(f64::INFINITY, f64::min),
+            latency_max_ms: self.wall.iter().copied().fold(0.0, f64::max),
+            round_cpu_ms: if one_thread { self.cpu } else { Vec::new() },
+            round_latency_ms: self.wall,
+            ..TotalProfile::default()
+        }
+    }
+}
+
 /// The heap a network needs, from the counting allocator (all `None`/empty without it).
 struct MemoryMeasurement {
     /// Peak heap of the first run, above the heap before building.
@@ -272,10 +320,7 @@ pub(super) struct TractNetworkBench<'a> {
     workload: TractWorkload,
     attribution: Attribution,
     memory: MemoryMeasurement,
-    totals: Vec<f64>,
-    /// The timed runs on the calling thread's CPU clock (empty once the clock could not be read).
-    cpu_totals: Vec<f64>,
-    cpu_readable: bool,
+    rounds: Rounds,
     per_layer: Vec<Vec<f64>>,
     unattributed: Vec<f64>,
 }
@@ -307,9 +352,7 @@ impl<'a> TractNetworkBench<'a> {
             workload,
             attribution,
             memory,
-            totals: Vec::with_capacity(reserve),
-            cpu_totals: Vec::with_capacity(reserve),
-            cpu_readable: true,
+            rounds: Rounds::new(rounds),
             per_layer: vec![Vec::with_capacity(reserve); network.layers.len()],
             unattributed: Vec::with_capacity(reserve),
         })
@@ -319,17 +362,8 @@ impl<'a> TractNetworkBench<'a> {
 impl NetworkBench for TractNetworkBench<'_> {
     /// One timed whole-network run, on the wall clock and the calling thread's CPU clock.
     fn timed_run(&mut self) -> Result<()> {
-        let (ran, wall_ms, cpu_ms) = time_both(|| self.workload.run_outputs());
-        ran?;
-        self.totals.push(wall_ms);
-        match cpu_ms {
-            Some(ms) if self.cpu_readable => self.cpu_totals.push(ms),
-            _ => {
-                self.cpu_readable = false;
-                self.cpu_totals.clear();
-            }
-        }
-        Ok(())
+        let workload = &mut self.workload;
+        self.rounds.time(|| workload.run_outputs())
     }
 
     /// One run timed node by node (the per-layer times).
@@ -354,21 +388,15 @@ impl NetworkBench for TractNetworkBench<'_> {
         let (network, executor) = (self.network, self.executor);
         let weight_bytes: u64 = network.analyze()?.costs.iter().map(|c| c.weight_elems * 4).sum();
         let planned_bytes = weight_bytes + self.workload.planned_activation_peak_bytes()?;
-        let round_latency_ms = self.totals.clone();
-        // On the CPU clock only when the runs computed on this thread: a pool computes on its own threads.
-        let round_cpu_ms = if executor.threads() == 1 { std::mem::take(&mut self.cpu_totals) } else { Vec::new() };
-        let totals = &self.totals;
+        let rounds = self.rounds.len();
         Ok(NetworkProfile {
             network: network.name.clone(),
             engine: executor.describe(),
             threads: executor.threads(),
             batch_size: network.batch_size,
-            rounds: totals.len(),
+            rounds,
             warmup: self.warmup,
             total: TotalProfile {
-                latency_ms: median(totals).unwrap_or(0.0),
-                latency_min_ms: totals.iter().copied().fold(f64::INFINITY, f64::min),
-                latency_max_ms: totals.iter().copied().fold(0.0, f64::max),
                 peak_memory_mib: self.memory.measured_bytes.unwrap_or(planned_bytes) as f64 / MIB,
                 memory_source: if self.memory.measured_bytes.is_some() {
                     "measured: peak heap during the first run, above the heap before building the model".into()
@@ -376,9 +404,8 @@ impl NetworkBench for TractNetworkBench<'_> {
                     "planned (no counting allocator in this process)".into()
                 },
                 planned_memory_mib: planned_bytes as f64 / MIB,
-                round_latency_ms,
-                round_cpu_ms,
                 resident_memory_mib: self.memory.resident_bytes.map(|b| b as f64 / MIB),
+                ..self.rounds.total(executor.threads() == 1)
             },
             layers: network
                 .layers

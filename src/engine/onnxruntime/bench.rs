@@ -16,8 +16,7 @@
 
 use super::{OrtExecutor, OrtWorkload};
 use crate::collect::alloc;
-use crate::cpu_clock::time_both;
-use crate::engine::bench::{available_memory_bytes, check_fits_in_memory};
+use crate::engine::bench::{available_memory_bytes, check_fits_in_memory, Rounds};
 use crate::engine::{LayerProfile, NetworkBench, NetworkProfile, TotalProfile};
 use crate::error::{Error, Result};
 use crate::network::Network;
@@ -40,9 +39,7 @@ pub(in crate::engine) struct OrtNetworkBench<'a> {
     /// Layer index of every node of the optimised graph, by node name.
     layer_of_node: HashMap<String, Option<usize>>,
     memory: Memory,
-    totals: Vec<f64>,
-    cpu_totals: Vec<f64>,
-    cpu_readable: bool,
+    rounds: Rounds,
     instrumented_runs: usize,
 }
 
@@ -79,7 +76,6 @@ impl<'a> OrtNetworkBench<'a> {
         for _ in 0..=warmup {
             timed.run_outputs()?;
         }
-        let reserve = rounds.min(1024);
         Ok(OrtNetworkBench {
             executor,
             network,
@@ -89,9 +85,7 @@ impl<'a> OrtNetworkBench<'a> {
             _scratch: scratch,
             layer_of_node,
             memory,
-            totals: Vec::with_capacity(reserve),
-            cpu_totals: Vec::with_capacity(reserve),
-            cpu_readable: true,
+            rounds: Rounds::new(rounds),
             instrumented_runs: 0,
         })
     }
@@ -302,17 +296,8 @@ fn runs_in_profile(trace: &serde_json::Value) -> Vec<HashMap<String, f64>> {
 
 impl NetworkBench for OrtNetworkBench<'_> {
     fn timed_run(&mut self) -> Result<()> {
-        let (ran, wall_ms, cpu_ms) = time_both(|| crate::engine::Workload::run(&mut self.timed));
-        ran?;
-        self.totals.push(wall_ms);
-        match cpu_ms {
-            Some(ms) if self.cpu_readable => self.cpu_totals.push(ms),
-            _ => {
-                self.cpu_readable = false;
-                self.cpu_totals.clear();
-            }
-        }
-        Ok(())
+        let timed = &mut self.timed;
+        self.rounds.time(|| crate::engine::Workload::run(timed))
     }
 
     fn instrumented_run(&mut self) -> Result<()> {
@@ -357,18 +342,14 @@ impl NetworkBench for OrtNetworkBench<'_> {
         let largest_step: u64 = analysis.costs.iter().map(|c| (c.input_elems + c.output_elems) * 4).max().unwrap_or(0);
         let planned_bytes = weight_bytes + largest_step;
         let threads = crate::engine::Executor::threads(self.executor);
-        let totals = &self.totals;
         Ok(NetworkProfile {
             network: network.name.clone(),
             engine: crate::engine::Executor::describe(self.executor),
             threads,
             batch_size: network.batch_size,
-            rounds: totals.len(),
+            rounds: self.rounds.len(),
             warmup: self.warmup,
             total: TotalProfile {
-                latency_ms: median(totals).unwrap_or(0.0),
-                latency_min_ms: totals.iter().copied().fold(f64::INFINITY, f64::min),
-                latency_max_ms: totals.iter().copied().fold(0.0, f64::max),
                 peak_memory_mib: self.memory.peak_bytes.unwrap_or(planned_bytes) as f64 / MIB,
                 memory_source: if self.memory.peak_bytes.is_some() {
                     "measured: peak heap (Rust and C/C++ allocations) during the first run, above the heap before \
@@ -381,8 +362,7 @@ impl NetworkBench for OrtNetworkBench<'_> {
                 },
                 planned_memory_mib: planned_bytes as f64 / MIB,
                 resident_memory_mib: self.memory.resident_bytes.map(|b| b as f64 / MIB),
-                round_latency_ms: totals.clone(),
-                round_cpu_ms: if threads == 1 { std::mem::take(&mut self.cpu_totals) } else { Vec::new() },
+                ..self.rounds.total(threads == 1)
             },
             layers: network
                 .layers
