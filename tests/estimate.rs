@@ -32,6 +32,7 @@ fn write_store(models_dir: &Path, device: &str, predictors: Vec<(LayerType, Metr
         speed_probe: None,
         engine: None,
         reorder_ms_per_mib: None,
+        nchwc_block: None,
     };
     let mut files = Vec::new();
     for (t, m, p) in predictors {

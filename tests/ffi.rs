@@ -53,6 +53,7 @@ fn write_linear_store(models_dir: &Path) {
         speed_probe: None,
         engine: None,
         reorder_ms_per_mib: None,
+        nchwc_block: None,
     };
     let mut files = Vec::new();
     for (layer_type, slope, intercept, watts) in LINEAR_MODELS {

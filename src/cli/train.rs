@@ -98,6 +98,7 @@ fn options(args: &Args) -> Result<TrainOptions, Error> {
         host_engine: perfmodel::train::pipeline::HostEngine::Off,
         transfer_from: Vec::new(),
         reorder_ms_per_mib: None,
+        nchwc_block: None,
     })
 }
 
@@ -115,6 +116,9 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
     let profile = perfmodel::collect::profile::DeviceProfile::load(collectors, &args.device);
     // ONNX Runtime's layout conversions, timed here for a device measured here with its blocked layout.
     if let Ok(p) = &profile {
+        if p.executor == "onnxruntime" {
+            options.nchwc_block = p.fingerprint.as_ref().map(perfmodel::engine::rules::OnnxRuntime::nchwc_block_of);
+        }
         let level = p.graph_optimization.unwrap_or_default();
         if p.host && p.executor == "onnxruntime" && p.check_host(host).is_ok() && level == GraphOptimization::All {
             let rate = OrtExecutor::new(p.threads, level)?.reorder_ms_per_mib()?;

@@ -156,10 +156,14 @@ fn locate_library() -> std::result::Result<PathBuf, String> {
 
 /// The directory of `python`'s `onnxruntime` package, found without importing it.
 fn python_package_dir(python: &str) -> std::result::Result<Option<PathBuf>, String> {
-    const FIND: &str = "import importlib.util as u\ns = u.find_spec('onnxruntime')\n\
+    // Not from the current directory (`-c` puts it first on the path): an `onnxruntime/` folder there is not
+    // an installed package.
+    const FIND: &str = "import sys\nsys.path = [p for p in sys.path if p not in ('', '.')]\n\
+                        import importlib.util as u\ns = u.find_spec('onnxruntime')\n\
                         print(s.submodule_search_locations[0] if s and s.submodule_search_locations else '')";
     let output = std::process::Command::new(python)
         .args(["-c", FIND])
+        .current_dir(std::env::temp_dir())
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .output()

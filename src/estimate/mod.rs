@@ -305,12 +305,14 @@ impl Estimator {
         let method_models_tract = method.models_tract();
         // Models measured with ONNX Runtime follow its rules.
         let ort_rules: Option<&'static dyn EngineRules> = match &method {
-            Method::Learned(store) => store
-                .manifest()
-                .engine
-                .as_deref()
-                .and_then(crate::engine::rules::OnnxRuntime::for_engine)
-                .map(|r| r as &'static dyn EngineRules),
+            Method::Learned(store) => {
+                let manifest = store.manifest();
+                manifest
+                    .engine
+                    .as_deref()
+                    .and_then(|e| crate::engine::rules::OnnxRuntime::for_engine(e, manifest.nchwc_block))
+                    .map(|r| r as &'static dyn EngineRules)
+            }
             _ => None,
         };
         let memory_bandwidth_gbs = match &method {

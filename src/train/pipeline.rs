@@ -48,6 +48,9 @@ pub struct TrainOptions {
     /// What one of ONNX Runtime's layout conversions costs on the device, in ms per MiB (timed by `train` for a
     /// device measured here with ONNX Runtime's blocked layout), recorded in the manifest for the estimate.
     pub reorder_ms_per_mib: Option<f64>,
+    /// ONNX Runtime's NCHWc block on the device's machine (from its profile's fingerprint), recorded in the
+    /// manifest so that the estimate follows the device's layout wherever it runs.
+    pub nchwc_block: Option<usize>,
 }
 
 impl Default for TrainOptions {
@@ -65,6 +68,7 @@ impl Default for TrainOptions {
             host_engine: HostEngine::Off,
             transfer_from: Vec::new(),
             reorder_ms_per_mib: None,
+            nchwc_block: None,
         }
     }
 }
@@ -490,7 +494,12 @@ pub fn train_device(
             message: format!("nothing to train ({})", reasons.join("; ")),
         });
     }
-    let manifest = write_models(models_dir, device, &results, nominal, engine_of(&all), options.reorder_ms_per_mib)?;
+    let engine = EngineRecord {
+        engine: engine_of(&all),
+        reorder_ms_per_mib: options.reorder_ms_per_mib,
+        nchwc_block: options.nchwc_block,
+    };
+    let manifest = write_models(models_dir, device, &results, nominal, engine)?;
     Ok(TrainRun { device: device.to_string(), results, skipped, manifest })
 }
 
@@ -585,14 +594,26 @@ pub fn engine_of(all: &BTreeMap<LayerType, Vec<Sample>>) -> Option<String> {
 }
 
 /// Write the trained models, keeping compatible existing entries for triplets that were not retrained.
+/// What the manifest records of the engine that measured the rows.
+struct EngineRecord {
+    engine: Option<String>,
+    reorder_ms_per_mib: Option<f64>,
+    nchwc_block: Option<usize>,
+}
+
 fn write_models(
     models_dir: &Path,
     device: &str,
     results: &[TripletResult],
     speed_probe: Option<NominalSpeed>,
-    engine: Option<String>,
-    reorder_ms_per_mib: Option<f64>,
+    record: EngineRecord,
 ) -> Result<Manifest> {
+    // One training of a device at a time: another one's save would remove this one's new files.
+    let lock_path = store::device_dir(models_dir, device).join(".train.lock");
+    let _lock = crate::fsio::try_lock(&lock_path, || {
+        format!("another `perfmodel train` is saving models of device '{device}' ({} is locked)", lock_path.display())
+    })?;
+    let EngineRecord { engine, mut reorder_ms_per_mib, nchwc_block } = record;
     let mut entries: Vec<ModelEntry> = Vec::new();
     let mut files: Vec<ModelFile> = Vec::new();
     let mut feature_names: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -613,7 +634,18 @@ fn write_models(
         files.push(file);
     }
     let mut kept_entries = Vec::new();
-    if let Ok(existing) = ModelStore::open(models_dir, device) {
+    if let Ok(existing) = ModelStore::open(models_dir, device).and_then(|s| {
+        // Models of another engine are not kept (a profile's engine or its settings changed).
+        if s.manifest().engine == engine {
+            Ok(s)
+        } else {
+            Err(Error::Invalid("another engine".into()))
+        }
+    }) {
+        // A conversion rate measured before (on the device's machine) holds for the same engine.
+        if reorder_ms_per_mib.is_none() {
+            reorder_ms_per_mib = existing.manifest().reorder_ms_per_mib;
+        }
         // A latency model of a probe-following layer type trained at another nominal speed (or on raw targets)
         // would not add up with the new ones: it is dropped, to be retrained, rather than kept.
         let same_speed = existing.manifest().speed_probe == speed_probe;
@@ -647,6 +679,7 @@ fn write_models(
         speed_probe,
         engine,
         reorder_ms_per_mib,
+        nchwc_block,
     };
     ModelStore::save(models_dir, &mut manifest, &files)?;
     Ok(manifest)

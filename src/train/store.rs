@@ -74,6 +74,10 @@ pub struct Manifest {
     /// none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reorder_ms_per_mib: Option<f64>,
+    /// ONNX Runtime's NCHWc block on the device's machine (from its profile's fingerprint), which the estimate's
+    /// layout rules follow wherever it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nchwc_block: Option<usize>,
 }
 
 impl Manifest {
@@ -511,6 +515,7 @@ mod tests {
             speed_probe: None,
             engine: None,
             reorder_ms_per_mib: None,
+            nchwc_block: None,
         };
         ModelStore::save(dir.path(), &mut manifest, &files).unwrap();
         (dir, saved)
@@ -528,6 +533,7 @@ mod tests {
             speed_probe: None,
             engine: None,
             reorder_ms_per_mib: None,
+            nchwc_block: None,
         };
         assert!(manifest.nominal_probe_ms().unwrap_err().contains("no nominal speed"));
         // Written before the elasticity existed: the latencies were scaled fully (elasticity 1).

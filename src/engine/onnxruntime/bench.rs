@@ -70,6 +70,11 @@ impl<'a> OrtNetworkBench<'a> {
         let profiled = OrtWorkload::build(executor, &exported, &what, |b| {
             b.with_optimized_model_path(&optimized)?.with_profiling(&prefix)
         })?;
+        let mut profiled = profiled;
+        // The profiled session warms up as the timed one does; `finish` keeps only the instrumented runs.
+        for _ in 0..=warmup {
+            profiled.run_outputs()?;
+        }
         let graph = read_optimized(&optimized, &what)?;
         let layer_of_node = attribute(&graph, &exported.owners, network);
         let mut timed = executor.network_workload(network)?;

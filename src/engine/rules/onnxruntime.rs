@@ -33,23 +33,26 @@ pub struct OnnxRuntime {
 }
 
 impl OnnxRuntime {
-    /// The rules on this machine: the NCHWc block ONNX Runtime's kernels use for its instruction set.
+    /// The NCHWc block ONNX Runtime's kernels use on a machine with these instruction-set features (MLAS: 8
+    /// channels on every x86-64 core, 16 with AVX-512F; no blocked layout elsewhere).
+    pub fn nchwc_block_of(fingerprint: &crate::device::Fingerprint) -> usize {
+        let isa = fingerprint.isa_features.as_deref().unwrap_or(&[]);
+        match fingerprint.arch.as_str() {
+            "x86_64" if isa.iter().any(|f| f == "avx512f") => 16,
+            "x86_64" => 8,
+            _ => 0,
+        }
+    }
+
+    /// The rules on this machine.
     pub fn on_this_machine(level: GraphOptimization) -> OnnxRuntime {
-        let isa = crate::device::Fingerprint::of_host().isa_features.as_deref().unwrap_or(&[]);
-        let has = |f: &str| isa.iter().any(|x| x == f);
-        let nchwc_block = if has("avx512f") {
-            16
-        } else if has("avx2") {
-            8
-        } else {
-            0
-        };
-        OnnxRuntime { level, nchwc_block }
+        OnnxRuntime { level, nchwc_block: Self::nchwc_block_of(crate::device::Fingerprint::of_host()) }
     }
 
     /// The rules for models measured with `engine` (an `engine` column, as `Executor::describe` writes it:
-    /// `onnxruntime 1.32.0 (optimisation all)`), on this machine's NCHWc block; `None` for another engine.
-    pub fn for_engine(engine: &str) -> Option<&'static OnnxRuntime> {
+    /// `onnxruntime 1.32.0 (optimisation all)`) on a machine with NCHWc blocks of `nchwc_block` channels (as the
+    /// manifest records it; this machine's when it records none); `None` for another engine.
+    pub fn for_engine(engine: &str, nchwc_block: Option<usize>) -> Option<&'static OnnxRuntime> {
         static RULES: std::sync::OnceLock<Vec<OnnxRuntime>> = std::sync::OnceLock::new();
         let rest = engine.strip_prefix("onnxruntime ")?;
         let level = rest
@@ -58,9 +61,15 @@ impl OnnxRuntime {
             .and_then(|l| l.strip_suffix(')'))
             .and_then(|l| l.parse::<GraphOptimization>().ok())
             .unwrap_or_default();
-        let rules =
-            RULES.get_or_init(|| GraphOptimization::ALL.iter().map(|&l| OnnxRuntime::on_this_machine(l)).collect());
-        rules.iter().find(|r| r.level == level)
+        let block = nchwc_block.unwrap_or_else(|| Self::nchwc_block_of(crate::device::Fingerprint::of_host()));
+        let rules = RULES.get_or_init(|| {
+            let blocks = [0, 8, 16];
+            GraphOptimization::ALL
+                .iter()
+                .flat_map(|&level| blocks.iter().map(move |&nchwc_block| OnnxRuntime { level, nchwc_block }))
+                .collect()
+        });
+        rules.iter().find(|r| r.level == level && r.nchwc_block == block)
     }
 
     fn at_least(&self, level: GraphOptimization) -> bool {
@@ -262,7 +271,7 @@ impl EngineRules for OnnxRuntime {
     fn residual_adds(&self, net: &Network, analysis: &Analysis, consumers_of: &[u32]) -> Vec<Option<(usize, usize)>> {
         let n = net.layers.len();
         let mut into = vec![None; n];
-        if !self.at_least(GraphOptimization::All) || self.nchwc_block == 0 {
+        if !self.at_least(GraphOptimization::All) {
             return into;
         }
         // Back from an input of the add, through its folded batch norm or a dropout, each read by the next alone,
@@ -391,10 +400,19 @@ mod tests {
 
     #[test]
     fn rules_are_chosen_by_the_engine_that_measured_the_models() {
-        let rules = OnnxRuntime::for_engine("onnxruntime 1.32.0 (optimisation extended)").unwrap();
-        assert_eq!(rules.level, GraphOptimization::Extended);
-        assert_eq!(OnnxRuntime::for_engine("onnxruntime 1.20.1").unwrap().level, GraphOptimization::All);
-        assert!(OnnxRuntime::for_engine("tract 0.23.9").is_none());
+        let rules = OnnxRuntime::for_engine("onnxruntime 1.32.0 (optimisation extended)", Some(8)).unwrap();
+        assert_eq!((rules.level, rules.nchwc_block), (GraphOptimization::Extended, 8));
+        assert_eq!(OnnxRuntime::for_engine("onnxruntime 1.20.1", Some(16)).unwrap().level, GraphOptimization::All);
+        assert!(OnnxRuntime::for_engine("tract 0.23.9", Some(16)).is_none());
+        // The block is the device's, not the estimating machine's.
+        let mut fingerprint = crate::device::Fingerprint::of_host().clone();
+        fingerprint.arch = "x86_64".into();
+        fingerprint.isa_features = Some(vec!["avx2".into(), "fma".into()]);
+        assert_eq!(OnnxRuntime::nchwc_block_of(&fingerprint), 8);
+        fingerprint.isa_features = Some(vec![]);
+        assert_eq!(OnnxRuntime::nchwc_block_of(&fingerprint), 8, "MLAS blocks by 8 on every x86-64 core");
+        fingerprint.arch = "aarch64".into();
+        assert_eq!(OnnxRuntime::nchwc_block_of(&fingerprint), 0);
     }
 
     #[test]
