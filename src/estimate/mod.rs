@@ -439,12 +439,11 @@ impl Estimator {
         let mut plan = self.rules.plan(net, &analysis);
         let (answers, uncovered) = passes::predict(self, net, &analysis, &mut plan)?;
         let correction = self.calibration.as_ref().map(|c| c.correction);
-        let mut latency = passes::latency(net, &analysis, &plan, &answers, correction);
-        if let Method::Learned(store) = &self.method {
-            if let Some(rate) = store.manifest().reorder_ms_per_mib {
-                passes::layout_conversions(net, &analysis, &plan, self.rules, rate, &mut latency);
-            }
-        }
+        let layout = match &self.method {
+            Method::Learned(store) => store.manifest().reorder_ms_per_mib.map(|rate| (self.rules, rate)),
+            _ => None,
+        };
+        let latency = passes::latency(net, &analysis, &plan, &answers, correction, layout);
         let (energy, missing_power) =
             if self.has_power { passes::energy(&latency, &answers) } else { (vec![None; latency.len()], 0) };
         let memory = passes::memory(net, &analysis, &plan, &answers, self.rules, self.structure.as_ref());

@@ -300,14 +300,18 @@ pub(super) fn latency(
     plan: &Plan,
     answers: &[Answer],
     correction: Option<Correction>,
+    layout: Option<(&dyn EngineRules, f64)>,
 ) -> Vec<Option<f64>> {
     let network_weight_bytes: u64 = analysis.costs.iter().map(|c| c.weight_elems * BYTES_PER_ELEMENT).sum();
-    answers
-        .iter()
+    let mut own: Vec<Option<f64>> = answers.iter().map(|a| a.latency_ms).collect();
+    if let Some((rules, ms_per_mib)) = layout {
+        layout_conversions(net, analysis, plan, rules, ms_per_mib, &mut own);
+    }
+    own.iter()
         .enumerate()
-        .map(|(i, a)| {
-            let (Some(c), Some(t), Some(kernel)) = (correction, a.latency_ms, plan.kernel(i)) else {
-                return a.latency_ms;
+        .map(|(i, &own_ms)| {
+            let (Some(c), Some(t), Some(kernel)) = (correction, own_ms, plan.kernel(i)) else {
+                return own_ms;
             };
             let t = match kernel.fused_add {
                 Some(add) => t + c.residual_add_ms(analysis.costs[add].output_elems * BYTES_PER_ELEMENT),
@@ -319,10 +323,11 @@ pub(super) fn latency(
         .collect()
 }
 
-/// Pass 2b: take off a running layer's latency the layout conversions it paid when measured alone and does not
+/// Part of pass 2, before the calibration's terms (which were fitted on estimates with it): take off a running
+/// layer's latency the layout conversions it paid when measured alone and does not
 /// pay in this network ([`EngineRules::layout_bytes_saved`], at `ms_per_mib`). At most half of its latency: a
 /// conversion costs less than the layer it surrounds.
-pub(super) fn layout_conversions(
+fn layout_conversions(
     net: &Network,
     analysis: &Analysis,
     plan: &Plan,

@@ -548,6 +548,17 @@ pub fn models_fingerprint(manifest: &Manifest) -> String {
             h.update([0u8]);
         }
     }
+    // What else shapes an estimate: the engine whose rules it follows and their layout terms. Only when recorded,
+    // so that calibrations of stores that record none stay valid.
+    if let Some(engine) = &manifest.engine {
+        h.update(format!("engine={engine};").as_bytes());
+    }
+    if let Some(rate) = manifest.reorder_ms_per_mib {
+        h.update(format!("reorder={rate};").as_bytes());
+    }
+    if let Some(block) = manifest.nchwc_block {
+        h.update(format!("nchwc_block={block};").as_bytes());
+    }
     crate::train::store::hex(&h.finalize())
 }
 
