@@ -527,7 +527,7 @@ impl Attribution {
             network.layers.iter().enumerate().map(|(i, l)| (l.name.as_str(), i)).collect();
         let model = workload.state.model();
         let by_name = |name: &str| {
-            owning_node(&workload.owners, name)
+            owning_node(&workload.owners, name, &['.'])
                 .and_then(|exported| workload.owners.get(exported))
                 .and_then(|layer| index.get(layer.as_str()).copied())
         };
@@ -548,15 +548,15 @@ impl Attribution {
     }
 }
 
-/// The exported node name a tract node descends from: its own name, or the longest `.`-separated prefix of it
-/// that was exported.
-pub(super) fn owning_node<'a>(owners: &HashMap<String, String>, tract_name: &'a str) -> Option<&'a str> {
-    let mut name = tract_name;
+/// The exported node name an engine's node descends from: its own name, or its longest prefix ending before one
+/// of `separators` that was exported (tract extends names with `.suffix`; ONNX Runtime also with `_`, `/`, `:`).
+pub(super) fn owning_node<'a>(owners: &HashMap<String, String>, name: &'a str, separators: &[char]) -> Option<&'a str> {
+    let mut name = name;
     loop {
         if owners.contains_key(name) {
             return Some(name);
         }
-        name = &name[..name.rfind('.')?];
+        name = &name[..name.rfind(separators)?];
     }
 }
 
@@ -745,10 +745,10 @@ mod tests {
         let owners: HashMap<String, String> = [("conv1", "conv1"), ("conv1/relu", "conv1"), ("conv10", "conv10")]
             .map(|(a, b)| (a.into(), b.into()))
             .into();
-        assert_eq!(owning_node(&owners, "conv1"), Some("conv1"));
-        assert_eq!(owning_node(&owners, "conv1.pack.matmul"), Some("conv1"));
-        assert_eq!(owning_node(&owners, "conv1/relu.fused"), Some("conv1/relu"));
-        assert_eq!(owning_node(&owners, "conv10.im2col"), Some("conv10"));
-        assert_eq!(owning_node(&owners, "input"), None);
+        assert_eq!(owning_node(&owners, "conv1", &['.']), Some("conv1"));
+        assert_eq!(owning_node(&owners, "conv1.pack.matmul", &['.']), Some("conv1"));
+        assert_eq!(owning_node(&owners, "conv1/relu.fused", &['.']), Some("conv1/relu"));
+        assert_eq!(owning_node(&owners, "conv10.im2col", &['.']), Some("conv10"));
+        assert_eq!(owning_node(&owners, "input", &['.']), None);
     }
 }

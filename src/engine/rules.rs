@@ -155,11 +155,11 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         true
     }
 
-    /// Bytes of tensors that running layer `i`, measured alone, converted between memory layouts around itself
-    /// and does not convert inside `net` (ONNX Runtime's NCHWc reorders inside a blocked region). None by
-    /// default.
-    fn layout_bytes_saved(&self, _net: &Network, _analysis: &Analysis, _plan: &Plan, _i: usize) -> u64 {
-        0
+    /// For every layer, the bytes of tensors that it, running and measured alone, converted between memory
+    /// layouts around itself and does not convert inside `net` (ONNX Runtime's NCHWc reorders inside a blocked
+    /// region). None by default.
+    fn layout_bytes_saved(&self, net: &Network, _analysis: &Analysis, _plan: &Plan) -> Vec<u64> {
+        vec![0; net.layers.len()]
     }
 
     /// Whether a zero padding that only a convolution reads becomes that convolution's own padding.

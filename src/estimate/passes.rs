@@ -335,9 +335,9 @@ fn layout_conversions(
     ms_per_mib: f64,
     latency: &mut [Option<f64>],
 ) {
-    for (i, t) in latency.iter_mut().enumerate() {
+    let saved_bytes = rules.layout_bytes_saved(net, analysis, plan);
+    for (t, &saved) in latency.iter_mut().zip(&saved_bytes) {
         let Some(ms) = t.as_mut() else { continue };
-        let saved = rules.layout_bytes_saved(net, analysis, plan, i);
         if saved > 0 {
             *ms -= (saved as f64 / crate::units::MIB * ms_per_mib).min(*ms / 2.0);
         }

@@ -16,7 +16,7 @@
 
 use super::{OrtExecutor, OrtWorkload};
 use crate::collect::alloc;
-use crate::engine::bench::{available_memory_bytes, check_fits_in_memory, Rounds};
+use crate::engine::bench::{available_memory_bytes, check_fits_in_memory, owning_node, Rounds};
 use crate::engine::{LayerProfile, NetworkBench, NetworkProfile, TotalProfile};
 use crate::error::{Error, Result};
 use crate::network::Network;
@@ -67,10 +67,9 @@ impl<'a> OrtNetworkBench<'a> {
             .map_err(|e| Error::Executor(format!("{what}: cannot make a directory for ONNX Runtime's profile: {e}")))?;
         let optimized = scratch.path().join("optimized.onnx");
         let prefix = scratch.path().join("profile");
-        let profiled = OrtWorkload::build(executor, &exported, &what, |b| {
+        let mut profiled = OrtWorkload::build(executor, &exported, &what, |b| {
             b.with_optimized_model_path(&optimized)?.with_profiling(&prefix)
         })?;
-        let mut profiled = profiled;
         // The profiled session warms up as the timed one does; `finish` keeps only the instrumented runs.
         for _ in 0..=warmup {
             profiled.run_outputs()?;
@@ -122,18 +121,8 @@ fn read_optimized(path: &std::path::Path, what: &str) -> Result<ModelProto> {
         .map_err(|e| Error::Executor(format!("{what}: cannot read ONNX Runtime's optimised graph: {e}")))
 }
 
-/// The exported node (or tensor) a name of ONNX Runtime's descends from: the name itself, or its longest prefix
-/// ending before a `_`, `.`, `/` or `:` that was exported.
-fn owner<'n>(owners: &HashMap<String, String>, name: &'n str) -> Option<&'n str> {
-    if owners.contains_key(name) {
-        return Some(name);
-    }
-    name.char_indices()
-        .rev()
-        .filter(|&(_, c)| matches!(c, '_' | '.' | '/' | ':'))
-        .map(|(i, _)| &name[..i])
-        .find(|prefix| owners.contains_key(*prefix))
-}
+/// What ONNX Runtime appends to the names of the nodes and tensors it rewrites (`conv1_nchwc`, `conv1/relu_output_0`).
+const ORT_SEPARATORS: [char; 4] = ['_', '.', '/', ':'];
 
 /// Operators that compute a convolution or matrix product, possibly with what the optimiser fused into them.
 const PRODUCTS: [&str; 7] = ["Conv", "FusedConv", "NhwcConv", "Gemm", "FusedGemm", "MatMul", "FusedMatMul"];
@@ -184,8 +173,11 @@ pub(crate) fn attribute(
     network: &Network,
 ) -> HashMap<String, Option<usize>> {
     let index: HashMap<&str, usize> = network.layers.iter().enumerate().map(|(i, l)| (l.name.as_str(), i)).collect();
-    let layer_of =
-        |name: &str| owner(owners, name).and_then(|o| owners.get(o)).and_then(|l| index.get(l.as_str()).copied());
+    let layer_of = |name: &str| {
+        owning_node(owners, name, &ORT_SEPARATORS)
+            .and_then(|o| owners.get(o))
+            .and_then(|l| index.get(l.as_str()).copied())
+    };
     let Some(graph) = graph.graph.as_ref() else { return HashMap::new() };
     let sources = network.analyze().map(|a| a.sources).unwrap_or_default();
     let mut own: Vec<Option<usize>> = graph
@@ -239,6 +231,7 @@ pub(crate) fn attribute(
 /// reorders it inserts left out; operators working on blocked-layout tensors as `nchwc.Conv`, `nchwc.Concat`):
 /// what the engine rules are checked against.
 #[cfg(test)]
+#[allow(clippy::result_large_err)] // ort's builder errors, turned into ours by `OrtExecutor::session`
 pub(crate) fn optimized_nodes_per_layer(executor: &OrtExecutor, network: &Network) -> Result<Vec<Vec<String>>> {
     let exported = export_network(network)?;
     let what = format!("network '{}'", network.name);
@@ -393,11 +386,11 @@ mod tests {
     fn names_are_owned_by_their_longest_exported_prefix() {
         let owners: HashMap<String, String> =
             [("conv1", "conv1"), ("conv1/relu", "conv1"), ("b/conv", "b")].map(|(a, b)| (a.into(), b.into())).into();
-        assert_eq!(owner(&owners, "conv1_nchwc"), Some("conv1"));
-        assert_eq!(owner(&owners, "conv1/relu_output_0_nchwc"), Some("conv1/relu"));
-        assert_eq!(owner(&owners, "b/conv"), Some("b/conv"));
-        assert_eq!(owner(&owners, "conv10"), None);
-        assert_eq!(owner(&owners, "ReorderOutput_token_7"), None);
+        assert_eq!(owning_node(&owners, "conv1_nchwc", &ORT_SEPARATORS), Some("conv1"));
+        assert_eq!(owning_node(&owners, "conv1/relu_output_0_nchwc", &ORT_SEPARATORS), Some("conv1/relu"));
+        assert_eq!(owning_node(&owners, "b/conv", &ORT_SEPARATORS), Some("b/conv"));
+        assert_eq!(owning_node(&owners, "conv10", &ORT_SEPARATORS), None);
+        assert_eq!(owning_node(&owners, "ReorderOutput_token_7", &ORT_SEPARATORS), None);
     }
 
     #[test]

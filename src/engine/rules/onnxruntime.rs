@@ -208,61 +208,70 @@ impl EngineRules for OnnxRuntime {
         self.at_least(GraphOptimization::Basic)
     }
 
-    fn layout_bytes_saved(&self, net: &Network, analysis: &Analysis, plan: &Plan, i: usize) -> u64 {
-        if !self.nchwc() || !plan.runs(i) {
-            return 0;
+    fn layout_bytes_saved(&self, net: &Network, analysis: &Analysis, plan: &Plan) -> Vec<u64> {
+        let n = net.layers.len();
+        let mut saved = vec![0; n];
+        if !self.nchwc() {
+            return saved;
         }
-        // What layer i converted when measured alone: a blocked convolution its input (unless it reads it plain)
-        // and its output; a max or average pooling of whole blocks both.
         let block = self.nchwc_block;
-        let channels = analysis.input_shapes[i].first().and_then(|s| s.first()).copied().unwrap_or(0);
-        let (paid_in, paid_out) = match &net.layers[i].op {
-            Op::Conv2d(_) | Op::DepthwiseConv2d(_) if self.conv_blocked(net, analysis, i) => {
-                // With an activation of its own that runs apart, its output is converted back in a network too.
-                let own_apart = self.own_activation_kind(&net.layers[i].op) == Some("activation");
-                (!self.reads_plain_input(net, analysis, i), !own_apart)
-            }
-            Op::MaxPool2d(_) | Op::AvgPool2d(_) if channels.is_multiple_of(block) => (true, true),
-            Op::GlobalAvgPool2d | Op::GlobalMaxPool2d if channels.is_multiple_of(block) => {
-                (true, analysis.output_shapes[i].len() == 3)
-            }
-            _ => return 0,
-        };
+        let in_channels = |i: usize| analysis.input_shapes[i].first().and_then(|s| s.first()).copied().unwrap_or(0);
         let converted = self.converted(net, analysis, plan);
-        let mut saved = 0;
-        if paid_in {
-            if let Some(Source::Layer(j)) = analysis.sources[i].first() {
-                if converted[*j] {
-                    saved += analysis.costs[i].input_elems * 4;
+        // The readers of what each running layer's kernel writes (its own output, or that of a layer run inside
+        // it), outside that kernel.
+        let kernel = |k: usize| plan.owner(k).unwrap_or(k);
+        let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (c, sources) in analysis.sources.iter().enumerate() {
+            for s in sources {
+                if let Source::Layer(w) = s {
+                    let k = kernel(*w);
+                    if k != kernel(c) && !readers[k].contains(&c) {
+                        readers[k].push(c);
+                    }
                 }
             }
         }
-        // Here its output stays blocked when every reader of what its kernel writes (its own output, or that of
-        // a layer run inside it) is converted too, or runs inside a converted layer.
-        if paid_out {
-            let writes = |k: usize| k == i || plan.owner(k) == Some(i);
-            let readers: Vec<usize> = (0..net.layers.len())
-                .filter(|&c| !writes(c))
-                .filter(|&c| analysis.sources[c].iter().any(|s| matches!(s, Source::Layer(w) if writes(*w))))
-                .collect();
-            // A reader takes a blocked tensor when its output is blocked, when it is a blocked convolution that
-            // reads blocked input (even if an activation of its own then runs apart), or a pooling of whole blocks.
-            let reads_blocked = |c: usize| {
-                let c_channels = analysis.input_shapes[c].first().and_then(|s| s.first()).copied().unwrap_or(0);
-                converted[c]
-                    || match &net.layers[c].op {
-                        Op::Conv2d(_) | Op::DepthwiseConv2d(_) => {
-                            self.conv_blocked(net, analysis, c) && !self.reads_plain_input(net, analysis, c)
-                        }
-                        Op::MaxPool2d(_) | Op::AvgPool2d(_) | Op::GlobalAvgPool2d | Op::GlobalMaxPool2d => {
-                            c_channels.is_multiple_of(block)
-                        }
-                        _ => false,
+        // A reader takes a blocked tensor when its output is blocked, when it is a blocked convolution that reads
+        // blocked input (even if an activation of its own then runs apart), or a pooling of whole blocks, or when
+        // it runs inside a converted layer.
+        let keeps = |c: usize| {
+            converted[c]
+                || match &net.layers[c].op {
+                    Op::Conv2d(_) | Op::DepthwiseConv2d(_) => {
+                        self.conv_blocked(net, analysis, c) && !self.reads_plain_input(net, analysis, c)
                     }
+                    Op::MaxPool2d(_) | Op::AvgPool2d(_) | Op::GlobalAvgPool2d | Op::GlobalMaxPool2d => {
+                        in_channels(c).is_multiple_of(block)
+                    }
+                    _ => false,
+                }
+                || plan.owner(c).is_some_and(|o| converted[o])
+        };
+        for (i, bytes) in saved.iter_mut().enumerate() {
+            if !plan.runs(i) {
+                continue;
+            }
+            // What layer i converted when measured alone: a blocked convolution its input (unless it reads it
+            // plain) and its output; a max or average pooling of whole blocks both.
+            let (paid_in, paid_out) = match &net.layers[i].op {
+                Op::Conv2d(_) | Op::DepthwiseConv2d(_) if self.conv_blocked(net, analysis, i) => {
+                    // With an activation of its own that runs apart, its output is converted back in a network too.
+                    let own_apart = self.own_activation_kind(&net.layers[i].op) == Some("activation");
+                    (!self.reads_plain_input(net, analysis, i), !own_apart)
+                }
+                Op::MaxPool2d(_) | Op::AvgPool2d(_) if in_channels(i).is_multiple_of(block) => (true, true),
+                Op::GlobalAvgPool2d | Op::GlobalMaxPool2d if in_channels(i).is_multiple_of(block) => {
+                    (true, analysis.output_shapes[i].len() == 3)
+                }
+                _ => continue,
             };
-            let keeps = |c: usize| reads_blocked(c) || plan.owner(c).is_some_and(|o| converted[o]);
-            if !readers.is_empty() && readers.iter().all(|&c| keeps(c)) {
-                saved += analysis.costs[i].output_elems * 4;
+            // Here a blocked producer hands its input over blocked.
+            if paid_in && matches!(analysis.sources[i].first(), Some(Source::Layer(j)) if converted[*j]) {
+                *bytes += analysis.costs[i].input_elems * 4;
+            }
+            // Here its output stays blocked when every reader keeps the blocked layout.
+            if paid_out && !readers[i].is_empty() && readers[i].iter().all(|&c| keeps(c)) {
+                *bytes += analysis.costs[i].output_elems * 4;
             }
         }
         saved
@@ -349,7 +358,8 @@ mod tests {
                 ));
             }
             let runs = plan.runs(i);
-            if runs != !nodes[i].is_empty() {
+            let has_nodes = !nodes[i].is_empty();
+            if runs != has_nodes {
                 wrong.push(format!(
                     "{} '{}' ({:?}): plan {:?}, ONNX Runtime nodes {:?}",
                     net.name,
@@ -383,7 +393,8 @@ mod tests {
         let analysis = net.analyze().unwrap();
         let rules = OnnxRuntime { level: GraphOptimization::All, nchwc_block: 16 };
         let plan = rules.plan(&net, &analysis);
-        let saved = |i: usize| rules.layout_bytes_saved(&net, &analysis, &plan, i);
+        let all = rules.layout_bytes_saved(&net, &analysis, &plan);
+        let saved = |i: usize| all[i];
         let tensor = 32 * 32 * 32 * 4;
         // Reads the 3-channel image directly; its output stays blocked for `middle`.
         assert_eq!(saved(0), tensor);
@@ -393,9 +404,9 @@ mod tests {
         assert_eq!(saved(2), tensor);
         // Nothing is saved below `all`, or without a blocked layout.
         let extended = OnnxRuntime { level: GraphOptimization::Extended, nchwc_block: 16 };
-        assert_eq!(extended.layout_bytes_saved(&net, &analysis, &extended.plan(&net, &analysis), 1), 0);
+        assert_eq!(extended.layout_bytes_saved(&net, &analysis, &extended.plan(&net, &analysis))[1], 0);
         let plain = OnnxRuntime { level: GraphOptimization::All, nchwc_block: 0 };
-        assert_eq!(plain.layout_bytes_saved(&net, &analysis, &plain.plan(&net, &analysis), 1), 0);
+        assert_eq!(plain.layout_bytes_saved(&net, &analysis, &plain.plan(&net, &analysis))[1], 0);
     }
 
     #[test]
