@@ -105,6 +105,8 @@ fn options(args: &Args) -> Result<TrainOptions, Error> {
 use perfmodel::engine::{GraphOptimization, OrtExecutor};
 
 pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
+    // Training measures no memory, and its threads allocate at a rate at which counting every block costs time.
+    perfmodel::collect::alloc::stop_counting();
     let mut options = options(&args)?;
     // Data measured with tract on this very machine: memory models can count weights as tract packs them here,
     // and latency models can see tract's decisions. Only on one thread: the engine features mirror tract's

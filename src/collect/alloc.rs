@@ -27,15 +27,26 @@ static INSTALLED: AtomicBool = AtomicBool::new(false);
 static C_HEAP_HOOK: AtomicUsize = AtomicUsize::new(0);
 /// Whether C blocks are counted: only from the moment an engine that allocates there is loaded.
 static C_HEAP_COUNTING: AtomicBool = AtomicBool::new(false);
+/// Set by a process that will never read the counters ([`stop_counting`]).
+static STOPPED: AtomicBool = AtomicBool::new(false);
 
 fn grew(bytes: usize) {
+    if STOPPED.load(Relaxed) {
+        return;
+    }
     let bytes = bytes as isize;
     let now = CURRENT.fetch_add(bytes, Relaxed) + bytes;
-    PEAK.fetch_max(now, Relaxed);
+    // Read before writing: most allocations set no new peak, and an unconditional read-modify-write would bounce
+    // the peak's cache line between threads that allocate at once.
+    if now > PEAK.load(Relaxed) {
+        PEAK.fetch_max(now, Relaxed);
+    }
 }
 
 fn shrank(bytes: usize) {
-    CURRENT.fetch_sub(bytes as isize, Relaxed);
+    if !STOPPED.load(Relaxed) {
+        CURRENT.fetch_sub(bytes as isize, Relaxed);
+    }
 }
 
 fn counted_rust(bytes: usize) {
@@ -207,9 +218,17 @@ pub fn counts_foreign_heap() -> bool {
     false
 }
 
-/// Whether the counting allocator is this process's global allocator (it has counted an allocation).
+/// Whether the counting allocator is this process's global allocator (it has counted an allocation) and is
+/// still counting.
 pub fn is_installed() -> bool {
-    INSTALLED.load(Relaxed)
+    INSTALLED.load(Relaxed) && !STOPPED.load(Relaxed)
+}
+
+/// Stop counting for the rest of the process, for work that never measures memory and allocates from several
+/// threads at a high rate (training: two threads updating the shared counters on every allocation spent a third
+/// of `perfmodel train`'s time on them). Memory is reported unavailable afterwards ([`is_installed`]).
+pub fn stop_counting() {
+    STOPPED.store(true, Relaxed);
 }
 
 /// Live heap bytes now.

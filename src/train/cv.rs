@@ -60,6 +60,17 @@ impl SelectBy {
         }
     }
 
+    /// One row's share of the loss, lower is better (`None` for a row the loss ignores: MAPE of a zero):
+    /// percent error, absolute error, squared error (R²'s residual).
+    pub fn row_loss(self, measured: f64, predicted: f64) -> Option<f64> {
+        let e = (measured - predicted).abs();
+        match self {
+            SelectBy::Mape => (measured != 0.0).then(|| 100.0 * e / measured.abs()),
+            SelectBy::Mae => Some(e),
+            SelectBy::R2 => Some(e * e),
+        }
+    }
+
     /// Lower is better.
     pub fn loss(self, s: &Scores) -> f64 {
         let v = match self {
@@ -312,6 +323,65 @@ pub fn default_candidates(seed: u64) -> Vec<Candidate> {
     candidates
 }
 
+/// MAPE (percentage points) below which two candidates' difference does not matter: the memory models' rest
+/// is a few KiB on layers of megabytes, where every candidate scores 0.00%.
+const MAPE_FLOOR: f64 = 0.01;
+
+/// The smallest candidate ([`Regressor::size`]) that cross-validation cannot tell from the best: the rows'
+/// mean loss difference to the best, paired row by row on the same folds, within one standard error of that
+/// difference (Breiman's one-standard-error rule, on paired differences), or below a floor that does not
+/// matter ([`MAPE_FLOOR`]; a thousandth of the best's loss for MAE and R²). A smaller model is a smaller store
+/// and a faster query; where it loses anything measurable, the best stays. Transfer candidates count their
+/// source's model as well, so a scratch model of the same size wins.
+fn simplest_equivalent(
+    candidates: &[Candidate],
+    evaluations: &[Evaluation],
+    y: &[f64],
+    best: usize,
+    select_by: SelectBy,
+) -> usize {
+    let rows = y.len();
+    let losses = |e: &Evaluation| -> Vec<Option<f64>> {
+        y.iter().zip(&e.predicted).map(|(&m, &p)| select_by.row_loss(m, p)).collect()
+    };
+    let reference = losses(&evaluations[best]);
+    let mean_best = {
+        let kept: Vec<f64> = reference.iter().flatten().copied().collect();
+        kept.iter().sum::<f64>() / kept.len().max(1) as f64
+    };
+    let floor = match select_by {
+        SelectBy::Mape => MAPE_FLOOR,
+        SelectBy::Mae | SelectBy::R2 => 1e-3 * mean_best,
+    };
+    let size = |i: usize| {
+        let c = &candidates[i];
+        c.estimator.size(rows) + if c.is_transfer() { 1e12 } else { 0.0 }
+    };
+    let mut chosen = best;
+    for (i, e) in evaluations.iter().enumerate() {
+        if i == best || e.predicted.len() != rows || size(i) >= size(chosen) {
+            continue;
+        }
+        let d: Vec<f64> = losses(e)
+            .iter()
+            .zip(&reference)
+            .filter_map(|(a, b)| Some((*a)? - (*b)?))
+            .filter(|v| v.is_finite())
+            .collect();
+        if d.len() < 2 || d.len() < reference.iter().flatten().count() {
+            continue;
+        }
+        let n = d.len() as f64;
+        let mean = d.iter().sum::<f64>() / n;
+        let var = d.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+        let se = (var / n).sqrt();
+        if mean <= se.max(floor) {
+            chosen = i;
+        }
+    }
+    chosen
+}
+
 /// Seeded k-fold split: `folds[i]` lists the validation rows of fold i (rows shuffled, then dealt round-robin).
 pub fn fold_assignment(n: usize, k: usize, seed: u64) -> Vec<Vec<usize>> {
     let k = k.clamp(2, n.max(2));
@@ -446,7 +516,10 @@ pub fn select(
             _ => Some((i, loss)),
         });
     match best {
-        Some((best, _)) => Ok(Selection { evaluations, best }),
+        Some((best, _)) => {
+            let best = simplest_equivalent(candidates, &evaluations, y, best, select_by);
+            Ok(Selection { evaluations, best })
+        }
         None => Err(Error::Invalid(format!(
             "no candidate could be fitted on {} rows: {}",
             x.len(),
@@ -528,7 +601,9 @@ mod tests {
         let predictor = candidate.fit(&x, &y).unwrap();
         assert_eq!(predictor.engine_features(), Some(&engine));
         for (row, target) in x.iter().zip(&y) {
-            assert_eq!(predictor.predict(row), *target, "predict() appends the features fit() appended");
+            // Trees store f32 values.
+            let got = predictor.predict(row);
+            assert!((got - target).abs() <= 1e-6 * target, "predict() appends the features fit() appended: {got}");
         }
         // Stored and read back, the predictor still appends them.
         let file = ModelFile::new(LayerType::Conv2d, Metric::Latency, predictor.clone());
@@ -588,10 +663,11 @@ mod tests {
         assert!(candidate.label().contains("+perunit"), "{}", candidate.label());
         let predictor = candidate.fit(&x, &y).unwrap();
         for (row, target) in x.iter().zip(&y) {
-            assert!((predictor.predict(row) - target).abs() < 1e-9 * target, "{row:?}");
+            // Trees store f32 values (the log of the time per unit here).
+            assert!((predictor.predict(row) - target).abs() < 1e-6 * target, "{row:?}");
         }
         // Beyond the FLOPs it saw, the prediction scales with them.
-        assert!((predictor.predict(&[1e9, 1.0]) - 1e9 / 4e3).abs() < 1e-3);
+        assert!((predictor.predict(&[1e9, 1.0]) - 1e9 / 4e3).abs() < 1e-6 * (1e9 / 4e3));
         // A known part is learned on the target's own scale: no per-unit candidate has one.
         let names: Vec<String> =
             ["input_elems", "weight_elems", "output_elems"].iter().map(|s| s.to_string()).collect();
@@ -626,9 +702,46 @@ mod tests {
             assert_eq!(predictor.known_part(), Some(&known));
             for (row, want) in x.iter().zip(&y) {
                 let got = predictor.predict(row);
-                assert!((got - want).abs() < 1e-9, "log target {log_target}: {got} vs {want} for {row:?}");
+                // Trees store f32 values.
+                assert!((got - want).abs() < 1e-6 * want, "log target {log_target}: {got} vs {want} for {row:?}");
             }
         }
+    }
+
+    #[test]
+    fn the_smallest_candidate_wins_where_cross_validation_cannot_tell_them_apart() {
+        use crate::train::fit::{ExtraTrees, LinearRegressor};
+        let big = Candidate::new(Arc::new(ExtraTrees::default()), false, false);
+        let small = Candidate::new(Arc::new(LinearRegressor::default()), false, false);
+        assert!(small.estimator.size(1000) < big.estimator.size(1000));
+        let y: Vec<f64> = (0..400).map(|i| 10.0 + (i % 17) as f64).collect();
+        // Percent errors that alternate in sign around each row's: the big model's errors, then the small one's
+        // shifted by `shift` percent on average with a spread of 2 percent row to row.
+        let evaluation = |label: &str, shift: f64, seed: usize| {
+            let predicted: Vec<f64> = y
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| {
+                    let noise = if (i * 7 + seed).is_multiple_of(2) { 2.0 } else { -2.0 };
+                    v * (1.0 + (5.0 + shift + if seed == 0 { 0.0 } else { noise }) / 100.0)
+                })
+                .collect();
+            Evaluation { label: label.into(), scores: scores(&y, &predicted), predicted, seconds: 0.0 }
+        };
+        let candidates = vec![big.clone(), small.clone()];
+        // Within one standard error (2 / sqrt(400) = 0.1 point): the small model.
+        let tied = vec![evaluation("big", 0.0, 0), evaluation("small", 0.05, 1)];
+        assert!(tied[1].scores.mape > tied[0].scores.mape);
+        assert_eq!(simplest_equivalent(&candidates, &tied, &y, 0, SelectBy::Mape), 1);
+        // Worse by 0.5 point, five standard errors: the best stays.
+        let worse = vec![evaluation("big", 0.0, 0), evaluation("small", 0.5, 1)];
+        assert_eq!(simplest_equivalent(&candidates, &worse, &y, 0, SelectBy::Mape), 0);
+        // A bigger candidate never replaces a smaller best, however close.
+        let reversed = vec![small, big];
+        assert_eq!(simplest_equivalent(&reversed, &tied, &y, 0, SelectBy::Mape), 0);
+        // Below the floor, identical models of the rest: the small one.
+        let exact = vec![evaluation("big", 0.0, 0), evaluation("small", MAPE_FLOOR / 2.0, 0)];
+        assert_eq!(simplest_equivalent(&candidates, &exact, &y, 0, SelectBy::Mape), 1);
     }
 
     #[test]

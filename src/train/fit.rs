@@ -1,6 +1,7 @@
 //! The candidate regressors. Trees come from smartcore (decision tree, extra trees, XGBoost-style boosting) and
 //! linear regression too; each fitted smartcore model is converted right away into the flat form of
-//! [`crate::train::model`] by walking its serde representation, so nothing of smartcore's object graph is kept.
+//! [`crate::train::model`] by reading its serde representation into the mirror types below (by field name, so a
+//! changed layout fails loudly), so nothing of smartcore's object graph is kept.
 //! kNN is written here: smartcore's query scans with a generic distance per row (~2 ms per query measured),
 //! while the stored form needs to answer in microseconds, and fitting a kNN is only standardising and copying.
 //!
@@ -8,8 +9,8 @@
 //! `fit(x, y)`.
 
 use crate::error::{Error, Result};
-use crate::train::model::{FlatForest, Knn, Linear, Model, Standardizer, LEAF};
-use serde_json::Value;
+use crate::train::model::{FlatForest, Forest, Knn, Linear, Model, Standardizer, LEAF};
+use serde::Deserialize;
 use smartcore::ensemble::extra_trees_regressor::{ExtraTreesRegressor, ExtraTreesRegressorParameters};
 use smartcore::linalg::basic::matrix::DenseMatrix;
 use smartcore::linear::linear_regression::{LinearRegression, LinearRegressionParameters, LinearRegressionSolverName};
@@ -56,6 +57,9 @@ pub trait Regressor: std::fmt::Debug + Send + Sync {
     /// Method with its hyperparameters, for reports (e.g. `ert(trees=48,min_leaf=2)`).
     fn describe(&self) -> String;
     fn fit(&self, x: &[Vec<f64>], y: &[f64]) -> Result<Model>;
+    /// About how many values the fitted model holds, for `rows` training rows: what its store and its query
+    /// cost grow with (selection prefers the smallest of equivalent candidates).
+    fn size(&self, rows: usize) -> f64;
 }
 
 /// Extremely randomised trees (Geurts et al. 2006): random thresholds, no bootstrap, averaged.
@@ -87,6 +91,10 @@ impl Regressor for ExtraTrees {
     fn method(&self) -> &'static str {
         "ert"
     }
+    fn size(&self, rows: usize) -> f64 {
+        // Grown until leaves hold min_samples_leaf rows: about 2 rows / min_leaf nodes a tree.
+        (self.n_trees * 2 * rows / self.min_samples_leaf.max(1)) as f64
+    }
     fn describe(&self) -> String {
         format!("ert(trees={},min_leaf={})", self.n_trees, self.min_samples_leaf)
     }
@@ -104,16 +112,13 @@ impl Regressor for ExtraTrees {
             params = params.with_max_depth(depth);
         }
         let fitted = ExtraTreesRegressor::fit(&matrix(x)?, &y.to_vec(), params).map_err(|e| failed("ert", e))?;
-        let json = serde_json::to_value(&fitted).map_err(|e| failed("ert", e))?;
-        let trees = json
-            .pointer("/forest_regressor/trees")
-            .and_then(Value::as_array)
-            .ok_or_else(|| failed("ert", "unexpected smartcore forest layout"))?;
+        let mirror: SmartExtraTrees = mirror(&fitted).map_err(|e| failed("ert", e))?;
+        let trees = mirror.forest_regressor.and_then(|f| f.trees).unwrap_or_default();
         let mut forest = FlatForest::empty(0.0, 1.0 / trees.len().max(1) as f64);
-        for tree in trees {
+        for tree in &trees {
             forest.push_smartcore_tree(tree).map_err(|e| failed("ert", e))?;
         }
-        Ok(Model::Trees(forest))
+        forest.into_model(d).map_err(|e| failed("ert", e))
     }
 }
 
@@ -139,6 +144,9 @@ impl Regressor for DecisionTree {
     fn method(&self) -> &'static str {
         "tree"
     }
+    fn size(&self, rows: usize) -> f64 {
+        (2 * rows / self.min_samples_leaf.max(1)) as f64
+    }
     fn describe(&self) -> String {
         format!("tree(min_leaf={})", self.min_samples_leaf)
     }
@@ -151,11 +159,11 @@ impl Regressor for DecisionTree {
             params = params.with_max_depth(depth);
         }
         let fitted = DecisionTreeRegressor::fit(&matrix(x)?, &y.to_vec(), params).map_err(|e| failed("tree", e))?;
-        let json = serde_json::to_value(&fitted).map_err(|e| failed("tree", e))?;
-        let tree = json.get("tree_regressor").ok_or_else(|| failed("tree", "unexpected smartcore tree layout"))?;
+        let mirror: SmartDecisionTree = mirror(&fitted).map_err(|e| failed("tree", e))?;
+        let tree = mirror.tree_regressor.ok_or_else(|| failed("tree", "unexpected smartcore tree layout"))?;
         let mut forest = FlatForest::empty(0.0, 1.0);
-        forest.push_smartcore_tree(tree).map_err(|e| failed("tree", e))?;
-        Ok(Model::Trees(forest))
+        forest.push_smartcore_tree(&tree).map_err(|e| failed("tree", e))?;
+        forest.into_model(x[0].len()).map_err(|e| failed("tree", e))
     }
 }
 
@@ -199,6 +207,10 @@ impl Regressor for GradientBoosting {
     fn method(&self) -> &'static str {
         "xgb"
     }
+    fn size(&self, rows: usize) -> f64 {
+        let per_tree = (1usize << (self.max_depth.min(20) + 1)).min(2 * rows.max(1));
+        (self.n_estimators * per_tree) as f64
+    }
     fn describe(&self) -> String {
         format!("xgb(rounds={},depth={},eta={})", self.n_estimators, self.max_depth, self.learning_rate)
     }
@@ -216,16 +228,13 @@ impl Regressor for GradientBoosting {
             .with_seed(self.seed)
             .with_base_score(base);
         let fitted = XGRegressor::fit(&matrix(x)?, &y.to_vec(), params).map_err(|e| failed("xgb", e))?;
-        let json = serde_json::to_value(&fitted).map_err(|e| failed("xgb", e))?;
-        let trees = json
-            .get("regressors")
-            .and_then(Value::as_array)
-            .ok_or_else(|| failed("xgb", "unexpected smartcore booster layout"))?;
+        let mirror: SmartBooster = mirror(&fitted).map_err(|e| failed("xgb", e))?;
+        let trees = mirror.regressors.ok_or_else(|| failed("xgb", "unexpected smartcore booster layout"))?;
         let mut forest = FlatForest::empty(base, self.learning_rate);
-        for tree in trees {
+        for tree in &trees {
             forest.push_smartcore_boosted_tree(tree).map_err(|e| failed("xgb", e))?;
         }
-        Ok(Model::Trees(forest))
+        forest.into_model(x[0].len()).map_err(|e| failed("xgb", e))
     }
 }
 
@@ -257,6 +266,10 @@ impl Regressor for NearestNeighbors {
     fn method(&self) -> &'static str {
         "knn"
     }
+    fn size(&self, rows: usize) -> f64 {
+        // Every row is kept, with its features: a query scans them all.
+        (rows * 8) as f64
+    }
     fn describe(&self) -> String {
         format!("knn(k={}{})", self.k, if self.distance_weighted { ",distance" } else { "" })
     }
@@ -285,6 +298,9 @@ pub struct LinearRegressor {}
 impl Regressor for LinearRegressor {
     fn method(&self) -> &'static str {
         "linear"
+    }
+    fn size(&self, _rows: usize) -> f64 {
+        1.0
     }
     fn describe(&self) -> String {
         "linear".to_string()
@@ -320,9 +336,67 @@ impl Regressor for LinearRegressor {
     }
 }
 
+/// The parts of smartcore's fitted models that are read (see the module's doc), as their serde form names them.
+#[derive(Deserialize)]
+struct SmartExtraTrees {
+    forest_regressor: Option<SmartForest>,
+}
+
+#[derive(Deserialize)]
+struct SmartForest {
+    trees: Option<Vec<SmartTree>>,
+}
+
+#[derive(Deserialize)]
+struct SmartDecisionTree {
+    tree_regressor: Option<SmartTree>,
+}
+
+/// A `BaseTree`: node 0 the root, `x <= split_value` → true child.
+#[derive(Deserialize)]
+struct SmartTree {
+    nodes: Vec<SmartNode>,
+}
+
+#[derive(Deserialize)]
+struct SmartNode {
+    output: f64,
+    split_feature: usize,
+    split_value: Option<f64>,
+    true_child: Option<usize>,
+    false_child: Option<usize>,
+}
+
+#[derive(Deserialize)]
+struct SmartBooster {
+    regressors: Option<Vec<SmartBoostedTree>>,
+}
+
+/// A boosted tree, recursive: a leaf has no children, `x <= threshold` → left.
+#[derive(Deserialize)]
+struct SmartBoostedTree {
+    left: Option<Box<SmartBoostedTree>>,
+    right: Option<Box<SmartBoostedTree>>,
+    value: f64,
+    threshold: f64,
+    split_feature_idx: usize,
+}
+
+/// `fitted`'s serde form read as the mirror type `T` (through JSON text: a typed read allocates per tree, not
+/// per node field as a `serde_json::Value` would, which made the conversion a sixth of training's time).
+fn mirror<T: for<'de> Deserialize<'de>>(fitted: &impl serde::Serialize) -> std::result::Result<T, String> {
+    let text = serde_json::to_vec(fitted).map_err(|e| e.to_string())?;
+    serde_json::from_slice(&text).map_err(|e| format!("unexpected smartcore layout: {e}"))
+}
+
 impl FlatForest {
     pub fn empty(base: f64, scale: f64) -> FlatForest {
         FlatForest { feature: vec![], value: vec![], right: vec![], roots: vec![], base, scale }
+    }
+
+    /// The stored form of the trees built, on rows of `features` values.
+    fn into_model(self, features: usize) -> std::result::Result<Model, String> {
+        Forest::from_flat(&self, features).map(Model::Forest)
     }
 
     fn push_node(&mut self, feature: u16, value: f64) -> usize {
@@ -332,18 +406,16 @@ impl FlatForest {
         self.feature.len() - 1
     }
 
-    fn feature_index(split_feature: &Value) -> std::result::Result<u16, String> {
-        split_feature
-            .as_u64()
-            .filter(|&f| f < LEAF as u64)
-            .map(|f| f as u16)
+    fn feature_index(split_feature: usize) -> std::result::Result<u16, String> {
+        u16::try_from(split_feature)
+            .ok()
+            .filter(|&f| f < LEAF)
             .ok_or_else(|| format!("bad split feature {split_feature}"))
     }
 
-    /// Append one smartcore `BaseTree` (serialised: `{"nodes": [{output, split_feature, split_value,
-    /// true_child, false_child}, ...]}`, node 0 the root, `x <= split_value` → true child).
-    fn push_smartcore_tree(&mut self, tree: &Value) -> std::result::Result<(), String> {
-        let nodes = tree.get("nodes").and_then(Value::as_array).ok_or("tree without nodes")?;
+    /// Append one smartcore `BaseTree`.
+    fn push_smartcore_tree(&mut self, tree: &SmartTree) -> std::result::Result<(), String> {
+        let nodes = &tree.nodes;
         if nodes.is_empty() {
             return Err("empty tree".into());
         }
@@ -356,50 +428,39 @@ impl FlatForest {
             if let Some(p) = parent {
                 self.right[p] = here as u32;
             }
-            let children =
-                (node.get("true_child").and_then(Value::as_u64), node.get("false_child").and_then(Value::as_u64));
-            let split_value = node.get("split_value").and_then(Value::as_f64);
-            match (children, split_value) {
-                ((Some(t), Some(f)), Some(threshold)) => {
-                    let feature = Self::feature_index(&node["split_feature"])?;
-                    let at = self.push_node(feature, threshold);
+            match ((node.true_child, node.false_child), node.split_value) {
+                ((Some(t), Some(f)), Some(threshold)) if threshold.is_finite() => {
+                    let at = self.push_node(Self::feature_index(node.split_feature)?, threshold);
                     // Right child is filled in when popped (it records its position into `right[at]`).
-                    stack.push((f as usize, Some(at)));
-                    stack.push((t as usize, None));
+                    stack.push((f, Some(at)));
+                    stack.push((t, None));
                 }
-                ((Some(_), Some(_)), None) => return Err(format!("node {id}: split without a finite threshold")),
+                ((Some(_), Some(_)), _) => return Err(format!("node {id}: split without a finite threshold")),
                 _ => {
-                    let output = node.get("output").and_then(Value::as_f64).ok_or("leaf without output")?;
-                    self.push_node(LEAF, output);
+                    self.push_node(LEAF, node.output);
                 }
             }
         }
         Ok(())
     }
 
-    /// Append one smartcore boosted tree (serialised recursively: `{left, right, value, threshold,
-    /// split_feature_idx}`, a leaf has no children, `x <= threshold` → left).
-    fn push_smartcore_boosted_tree(&mut self, tree: &Value) -> std::result::Result<(), String> {
+    /// Append one smartcore boosted tree.
+    fn push_smartcore_boosted_tree(&mut self, tree: &SmartBoostedTree) -> std::result::Result<(), String> {
         self.roots.push(self.feature.len() as u32);
-        let mut stack: Vec<(&Value, Option<usize>)> = vec![(tree, None)];
+        let mut stack: Vec<(&SmartBoostedTree, Option<usize>)> = vec![(tree, None)];
         while let Some((node, parent)) = stack.pop() {
             let here = self.feature.len();
             if let Some(p) = parent {
                 self.right[p] = here as u32;
             }
-            let left = node.get("left").filter(|v| !v.is_null());
-            let right = node.get("right").filter(|v| !v.is_null());
-            match (left, right) {
+            match (&node.left, &node.right) {
                 (Some(l), Some(r)) => {
-                    let feature = Self::feature_index(&node["split_feature_idx"])?;
-                    let threshold = node.get("threshold").and_then(Value::as_f64).ok_or("split without threshold")?;
-                    let at = self.push_node(feature, threshold);
+                    let at = self.push_node(Self::feature_index(node.split_feature_idx)?, node.threshold);
                     stack.push((r, Some(at)));
                     stack.push((l, None));
                 }
                 _ => {
-                    let value = node.get("value").and_then(Value::as_f64).ok_or("leaf without value")?;
-                    self.push_node(LEAF, value);
+                    self.push_node(LEAF, node.value);
                 }
             }
         }
@@ -478,26 +539,43 @@ mod tests {
     }
 
     #[test]
-    fn flat_forest_reproduces_smartcore_predictions() {
+    fn stored_forests_reproduce_smartcore_predictions() {
+        // The stored form rounds thresholds and leaf values to f32: the same trees, within f32's precision.
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs();
         let x = rows(300, 5);
         let y: Vec<f64> = x.iter().map(|r| product(r)).collect();
         let m = matrix(&x).unwrap();
         let params = DecisionTreeRegressorParameters::default().with_min_samples_leaf(2).with_min_samples_split(4);
         let reference = DecisionTreeRegressor::fit(&m, &y, params).unwrap().predict(&m).unwrap();
-        let Model::Trees(flat) = DecisionTree::default().with_min_samples_leaf(2).fit(&x, &y).unwrap() else {
+        let Model::Forest(forest) = DecisionTree::default().with_min_samples_leaf(2).fit(&x, &y).unwrap() else {
             panic!("a tree")
         };
         for (r, expected) in x.iter().zip(&reference) {
-            assert_eq!(flat.predict(r), *expected);
+            assert!(close(forest.predict(r), *expected), "{} vs {expected}", forest.predict(r));
         }
         let mean = y.iter().sum::<f64>() / y.len() as f64;
         let params = XGRegressorParameters::default().with_base_score(mean).with_learning_rate(0.2);
         let reference = XGRegressor::fit(&m, &y, params).unwrap().predict(&m).unwrap();
-        let Model::Trees(flat) = GradientBoosting::default().fit(&x, &y).unwrap() else { panic!("trees") };
-        assert_eq!(flat.roots.len(), 100);
+        let Model::Forest(forest) = GradientBoosting::default().fit(&x, &y).unwrap() else { panic!("trees") };
+        assert_eq!(forest.tree_count(), 100);
         for (r, expected) in x.iter().zip(&reference) {
-            // Same trees; only the order of summing the shrunken leaf values differs.
-            assert!((flat.predict(r) - expected).abs() <= 1e-9 * expected.abs(), "{} vs {expected}", flat.predict(r));
+            assert!(close(forest.predict(r), *expected), "{} vs {expected}", forest.predict(r));
+        }
+        let params = ExtraTreesRegressorParameters::default()
+            .with_n_trees(20)
+            .with_m(3)
+            .with_min_samples_leaf(1)
+            .with_min_samples_split(2)
+            .with_seed(7)
+            .with_keep_samples(false)
+            .with_max_depth(24);
+        let reference = ExtraTreesRegressor::fit(&m, &y, params).unwrap().predict(&m).unwrap();
+        let Model::Forest(forest) = ExtraTrees::default().with_n_trees(20).with_seed(7).fit(&x, &y).unwrap() else {
+            panic!("trees")
+        };
+        assert_eq!(forest.tree_count(), 20);
+        for (r, expected) in x.iter().zip(&reference) {
+            assert!(close(forest.predict(r), *expected), "{} vs {expected}", forest.predict(r));
         }
     }
 }

@@ -67,6 +67,274 @@ impl FlatForest {
     }
 }
 
+/// A forest in the form training writes and estimation walks: 8-byte nodes (an `f32` threshold or leaf value and
+/// one link word), one array for every tree, stored as about 5.5 bytes a node. [`FlatForest`] (f64 values in
+/// three arrays, about 12 bytes a node stored) stays readable for stores written before.
+///
+/// Thresholds are rounded to `f32` when a forest is built from a fitted one; cross-validation scores the rounded
+/// form, so the model that was validated is the one shipped.
+///
+/// A walk visits one node per level of each tree, and below the first levels each visit misses the caches:
+/// [`Forest::predict`] walks [`LANES`] trees in lockstep, so that their misses overlap instead of queueing. A
+/// leaf links to itself (its feature slot holds NaN, so the comparison sends it "right" by 0), which lets
+/// every lane take the same number of steps, the group's depth, without a branch per lane.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "ForestRepr", into = "ForestRepr")]
+pub struct Forest {
+    nodes: Vec<Node>,
+    /// First node of each tree, increasing.
+    roots: Vec<u32>,
+    /// Deepest leaf of each group of [`LANES`] trees: how many steps the group's walk takes.
+    group_depth: Vec<u16>,
+    /// Feature count the trees split on; slot `features` of the walk's row holds the leaves' NaN.
+    features: u16,
+    base: f64,
+    scale: f64,
+}
+
+/// Trees walked together by [`Forest::predict`].
+pub const LANES: usize = 8;
+
+/// One node of a [`Forest`]: `value` is the threshold (a row goes left, to the next node, when
+/// `x[feature] <= value`) or the leaf value; `link` holds the feature in its top 8 bits and the distance to
+/// the right child in the low 24 (0 for a leaf, whose feature is [`Forest::features`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(C)]
+pub struct Node {
+    value: f32,
+    link: u32,
+}
+
+const OFFSET_BITS: u32 = 24;
+const OFFSET_MASK: u32 = (1 << OFFSET_BITS) - 1;
+
+impl Node {
+    fn feature(self) -> usize {
+        (self.link >> OFFSET_BITS) as usize
+    }
+    fn offset(self) -> usize {
+        (self.link & OFFSET_MASK) as usize
+    }
+}
+
+/// How a [`Forest`] is stored: per node its feature (`u8`, [`ForestRepr::leaf`] for a leaf) and value, and the
+/// right-child distance of the split nodes only, in preorder (varints in the store, mostly one or two bytes).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct ForestRepr {
+    features: u16,
+    feature: Vec<u8>,
+    value: Vec<f32>,
+    right: Vec<u32>,
+    roots: Vec<u32>,
+    base: f64,
+    scale: f64,
+}
+
+impl ForestRepr {
+    const LEAF: u8 = u8::MAX;
+}
+
+impl From<Forest> for ForestRepr {
+    fn from(f: Forest) -> ForestRepr {
+        let leaf = f.features as usize;
+        let mut repr = ForestRepr {
+            features: f.features,
+            feature: Vec::with_capacity(f.nodes.len()),
+            value: Vec::with_capacity(f.nodes.len()),
+            right: Vec::new(),
+            roots: f.roots,
+            base: f.base,
+            scale: f.scale,
+        };
+        for n in &f.nodes {
+            repr.value.push(n.value);
+            if n.feature() == leaf {
+                repr.feature.push(ForestRepr::LEAF);
+            } else {
+                repr.feature.push(n.feature() as u8);
+                repr.right.push(n.offset() as u32);
+            }
+        }
+        repr
+    }
+}
+
+impl TryFrom<ForestRepr> for Forest {
+    type Error = String;
+
+    /// Checks everything a walk relies on, so that a damaged or crafted store is refused when opened instead of
+    /// indexing out of bounds or looping: each tree is a preorder binary tree inside its own range.
+    fn try_from(r: ForestRepr) -> std::result::Result<Forest, String> {
+        let n = r.feature.len();
+        if r.value.len() != n {
+            return Err(format!("{} node features but {} node values", n, r.value.len()));
+        }
+        if r.features as usize >= ForestRepr::LEAF as usize {
+            return Err(format!("{} features (at most {})", r.features, ForestRepr::LEAF - 1));
+        }
+        if r.roots.is_empty() || r.roots[0] != 0 || r.roots.windows(2).any(|w| w[0] >= w[1]) {
+            return Err("tree roots not increasing from node 0".into());
+        }
+        if *r.roots.last().unwrap_or(&0) as usize >= n {
+            return Err("a tree root past the last node".into());
+        }
+        let mut nodes = Vec::with_capacity(n);
+        let mut right = r.right.iter();
+        for (i, (&feature, &value)) in r.feature.iter().zip(&r.value).enumerate() {
+            let link = if feature == ForestRepr::LEAF {
+                (r.features as u32) << OFFSET_BITS
+            } else {
+                if feature as u16 >= r.features {
+                    return Err(format!("node {i} splits on feature {feature} of {}", r.features));
+                }
+                let offset = *right.next().ok_or("fewer right links than split nodes")?;
+                if !(2..=OFFSET_MASK).contains(&offset) {
+                    return Err(format!("node {i}: right child at distance {offset}"));
+                }
+                if !value.is_finite() {
+                    return Err(format!("node {i}: threshold {value}"));
+                }
+                ((feature as u32) << OFFSET_BITS) | offset
+            };
+            nodes.push(Node { value, link });
+        }
+        if right.next().is_some() {
+            return Err("more right links than split nodes".into());
+        }
+        let ends: Vec<usize> = r.roots.iter().skip(1).map(|&e| e as usize).chain([n]).collect();
+        let mut depths = Vec::with_capacity(r.roots.len());
+        for (&root, &end) in r.roots.iter().zip(&ends) {
+            depths.push(tree_depth(&nodes, root as usize, end, r.features as usize)?);
+        }
+        let group_depth = depths.chunks(LANES).map(|d| d.iter().copied().max().unwrap_or(0)).collect();
+        Ok(Forest { nodes, roots: r.roots, group_depth, features: r.features, base: r.base, scale: r.scale })
+    }
+}
+
+/// Depth of the tree in `nodes[root..end]`, checking that it is a preorder binary tree filling exactly that
+/// range (every child inside it, the left one next, every node reached once).
+fn tree_depth(nodes: &[Node], root: usize, end: usize, leaf: usize) -> std::result::Result<u16, String> {
+    let mut deepest = 0u16;
+    // Preorder: the next node expected is always the one after the last visited.
+    let mut next = root;
+    let mut stack = vec![(root, 0u16)];
+    while let Some((i, depth)) = stack.pop() {
+        if i != next || i >= end {
+            return Err(format!("node {i} is not where a preorder tree puts it"));
+        }
+        next += 1;
+        if depth > u16::MAX - 1 {
+            return Err("tree too deep".into());
+        }
+        deepest = deepest.max(depth);
+        let node = nodes[i];
+        if node.feature() != leaf {
+            stack.push((i + node.offset(), depth + 1));
+            stack.push((i + 1, depth + 1));
+        }
+    }
+    if next != end {
+        return Err(format!("nodes {next}..{end} belong to no tree"));
+    }
+    Ok(deepest)
+}
+
+impl Forest {
+    /// The forest of `flat` with values rounded to `f32`, splitting on rows of `features` values.
+    pub fn from_flat(flat: &FlatForest, features: usize) -> std::result::Result<Forest, String> {
+        let features = u16::try_from(features)
+            .ok()
+            .filter(|&f| f < ForestRepr::LEAF as u16)
+            .ok_or_else(|| format!("{features} features (a forest splits on at most 254)"))?;
+        let mut repr = ForestRepr {
+            features,
+            feature: Vec::with_capacity(flat.feature.len()),
+            value: flat.value.iter().map(|&v| v as f32).collect(),
+            right: Vec::new(),
+            roots: flat.roots.clone(),
+            base: flat.base,
+            scale: flat.scale,
+        };
+        for (i, &f) in flat.feature.iter().enumerate() {
+            if f == LEAF {
+                repr.feature.push(ForestRepr::LEAF);
+            } else {
+                repr.feature.push(u8::try_from(f).map_err(|_| format!("split on feature {f}"))?);
+                repr.right.push(
+                    (flat.right[i] as usize)
+                        .checked_sub(i)
+                        .and_then(|d| u32::try_from(d).ok())
+                        .ok_or("bad right child")?,
+                );
+            }
+        }
+        Forest::try_from(repr)
+    }
+
+    pub fn predict(&self, x: &[f64]) -> f64 {
+        let features = self.features as usize;
+        // The row the walk reads: the features, then the leaves' NaN (a leaf compares false and stays put).
+        // The row the walk reads, in f32 like the thresholds (rounding is monotonic, so a row goes the way it went
+        // in f64 unless it rounds onto the threshold itself), then the leaves' NaN (a leaf compares false and
+        // stays put).
+        let mut buffer = [0.0f32; 64];
+        let mut heap = Vec::new();
+        let row: &mut [f32] = if features < buffer.len() {
+            &mut buffer[..=features]
+        } else {
+            heap.resize(features + 1, 0.0);
+            &mut heap
+        };
+        for (r, &v) in row.iter_mut().zip(&x[..x.len().min(features)]) {
+            *r = v as f32;
+        }
+        row[features] = f32::NAN;
+        let row = &*row;
+        let nodes = &self.nodes[..];
+        let leaf = features as u32;
+        let mut sum = 0.0;
+        for (group, &depth) in self.roots.chunks(LANES).zip(&self.group_depth) {
+            let mut at = [0usize; LANES];
+            for (a, &root) in at.iter_mut().zip(group) {
+                *a = root as usize;
+            }
+            // A short last group walks its missing lanes on its first tree's nodes and ignores them.
+            for a in at.iter_mut().skip(group.len()) {
+                *a = group[0] as usize;
+            }
+            for step in 0..depth {
+                // Most paths end well above the group's deepest leaf: stop once every lane sits on a leaf
+                // (checked every fourth step, where the nodes are still in L1).
+                if step % 4 == 0 && step > 0 && at.iter().all(|&a| nodes[a].link >> OFFSET_BITS == leaf) {
+                    break;
+                }
+                for a in at.iter_mut() {
+                    let node = nodes[*a];
+                    // Which way a row goes is a coin toss to the branch predictor: a conditional move, not a jump.
+                    let left = row[node.feature()] <= node.value;
+                    *a += std::hint::select_unpredictable(left, 1, node.offset());
+                }
+            }
+            for &a in at.iter().take(group.len()) {
+                sum += nodes[a].value as f64;
+            }
+        }
+        self.base + self.scale * sum
+    }
+
+    pub fn tree_count(&self) -> usize {
+        self.roots.len()
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn max_depth(&self) -> usize {
+        self.group_depth.iter().copied().max().unwrap_or(0) as usize
+    }
+}
+
 /// Per-feature standardisation `(x - mean) / scale`; constant features get scale 1 and contribute nothing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Standardizer {
@@ -199,6 +467,8 @@ pub enum Model {
     /// Another device's model of the same triplet with a correction learned on this device's rows
     /// ([`Transfer`]). Last, so stores written before it decode unchanged.
     Transfer(Box<Transfer>),
+    /// Trees as training writes them now ([`Forest`]); [`Model::Trees`] is read from older stores.
+    Forest(Forest),
 }
 
 /// How a transferred model uses the source device's prediction.
@@ -268,6 +538,9 @@ impl Model {
             Model::Trees(f) => {
                 format!("{} trees, {} nodes, depth ≤ {}", f.roots.len(), f.node_count(), f.max_depth())
             }
+            Model::Forest(f) => {
+                format!("{} trees, {} nodes, depth ≤ {}", f.tree_count(), f.node_count(), f.max_depth())
+            }
             Model::Knn(k) => format!("{} points × {} features, k = {}", k.targets.len(), k.columns.len(), k.k),
             Model::Linear(l) => {
                 format!("{} non-zero coefficients", l.coefficients.iter().filter(|c| **c != 0.0).count())
@@ -285,6 +558,7 @@ impl Model {
     pub fn predict_raw(&self, x: &[f64]) -> f64 {
         match self {
             Model::Trees(f) => f.predict(x),
+            Model::Forest(f) => f.predict(x),
             Model::Knn(k) => k.predict(x),
             Model::Linear(l) => l.predict(x),
             // A transfer needs the layer's own features ([`Predictor::predict`] handles it); in the fitted space
@@ -614,6 +888,99 @@ impl Predictor {
         match &self.model {
             Model::Transfer(t) => Some((t.source_device.as_str(), t.mode)),
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// A random preorder tree of up to `depth` levels over 4 features, values exact in f32.
+    fn random_tree(flat: &mut FlatForest, rng: &mut ChaCha8Rng, depth: usize) {
+        if depth == 0 || rng.random_bool(0.25) {
+            flat.feature.push(LEAF);
+            flat.value.push(rng.random_range(-1000..1000) as f64 / 8.0);
+            flat.right.push(0);
+            return;
+        }
+        let at = flat.feature.len();
+        flat.feature.push(rng.random_range(0..4));
+        flat.value.push(rng.random_range(0..64) as f64 / 4.0);
+        flat.right.push(0);
+        random_tree(flat, rng, depth - 1);
+        flat.right[at] = flat.feature.len() as u32;
+        random_tree(flat, rng, depth - 1);
+    }
+
+    fn random_forest(trees: usize, seed: u64) -> FlatForest {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut flat =
+            FlatForest { feature: vec![], value: vec![], right: vec![], roots: vec![], base: 0.5, scale: 0.25 };
+        for t in 0..trees {
+            flat.roots.push(flat.feature.len() as u32);
+            random_tree(&mut flat, &mut rng, t % 13);
+        }
+        flat
+    }
+
+    #[test]
+    fn the_lockstep_walk_answers_as_a_walk_of_one_tree_at_a_time() {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        // Tree counts below, at and above the lanes, trees of different depths in one group.
+        for trees in [1, 3, LANES, LANES + 5, 48] {
+            let flat = random_forest(trees, trees as u64);
+            let forest = Forest::from_flat(&flat, 4).unwrap();
+            assert_eq!(forest.tree_count(), trees);
+            assert_eq!(forest.node_count(), flat.node_count());
+            assert_eq!(forest.max_depth(), flat.max_depth());
+            for _ in 0..500 {
+                // Values on the thresholds' grid too, where `<=` decides.
+                let x: Vec<f64> = (0..4).map(|_| rng.random_range(-2..70) as f64 / 4.0).collect();
+                assert_eq!(forest.predict(&x), flat.predict(&x), "{trees} trees at {x:?}");
+            }
+            // Stored and read back: the same forest.
+            let repr = ForestRepr::from(forest.clone());
+            assert_eq!(Forest::try_from(repr).unwrap(), forest);
+        }
+    }
+
+    #[test]
+    fn a_damaged_forest_is_refused_when_read() {
+        let good = ForestRepr::from(Forest::from_flat(&random_forest(10, 1), 4).unwrap());
+        assert!(Forest::try_from(good.clone()).is_ok());
+        let split = good.feature.iter().position(|&f| f != ForestRepr::LEAF).unwrap();
+        type Damage = Box<dyn Fn(&mut ForestRepr)>;
+        let damaged: Vec<(&str, Damage)> = vec![
+            ("right child past the tree", Box::new(|r| r.right[0] = 1 << 20)),
+            ("right child next to its parent", Box::new(|r| r.right[0] = 1)),
+            ("feature out of range", Box::new(move |r| r.feature[split] = 4)),
+            (
+                "a value missing",
+                Box::new(|r| {
+                    r.value.pop();
+                }),
+            ),
+            (
+                "a right link missing",
+                Box::new(|r| {
+                    r.right.pop();
+                }),
+            ),
+            ("a right link too many", Box::new(|r| r.right.push(2))),
+            ("roots out of order", Box::new(|r| r.roots.swap(1, 2))),
+            ("a root past the end", Box::new(|r| *r.roots.last_mut().unwrap() = u32::MAX)),
+            ("no trees", Box::new(|r| r.roots.clear())),
+            ("a split turned leaf", Box::new(move |r| r.feature[split] = ForestRepr::LEAF)),
+            ("a NaN threshold", Box::new(move |r| r.value[split] = f32::NAN)),
+            ("too many features", Box::new(|r| r.features = 300)),
+        ];
+        for (what, damage) in damaged {
+            let mut r = good.clone();
+            damage(&mut r);
+            assert!(Forest::try_from(r).is_err(), "{what} was accepted");
         }
     }
 }

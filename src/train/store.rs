@@ -16,7 +16,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Bumped whenever the binary layout of model files or the manifest changes.
-pub const FORMAT_VERSION: u32 = 8;
+/// 9: trees are written as [`crate::train::model::Forest`] (f32 values, 8-byte nodes).
+pub const FORMAT_VERSION: u32 = 9;
+
+/// The oldest format this build still reads: version 8 stores (f64 trees, [`crate::train::model::FlatForest`])
+/// decode unchanged, so devices trained before keep their models and calibrations.
+pub const OLDEST_FORMAT_READ: u32 = 8;
 
 /// Largest model file accepted (bounds allocations when decoding a corrupt file).
 const MAX_MODEL_BYTES: usize = 256 << 20;
@@ -171,10 +176,12 @@ impl ModelFile {
 }
 
 fn check_versions(path: &Path, format_version: u32, perfmodel_version: &str) -> Result<()> {
-    if format_version != FORMAT_VERSION {
+    if !(OLDEST_FORMAT_READ..=FORMAT_VERSION).contains(&format_version) {
         return Err(Error::model(
             path,
-            format!("model format version {format_version}, this build reads version {FORMAT_VERSION}; retrain with 'perfmodel train'"),
+            format!(
+                "model format version {format_version}, this build reads versions {OLDEST_FORMAT_READ} to {FORMAT_VERSION}; retrain with 'perfmodel train'"
+            ),
         ));
     }
     if perfmodel_version != crate::VERSION {
