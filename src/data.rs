@@ -370,7 +370,12 @@ fn parse_file(path: &Path, bytes: &[u8]) -> Result<Parsed> {
 /// repaired only by [`SampleWriter::open`] (i.e. by rerunning `perfmodel collect`), never silently skipped.
 pub fn read_samples(path: &Path) -> Result<Vec<Sample>> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    let parsed = parse_file(path, &bytes)?;
+    parse_samples(path, &bytes)
+}
+
+/// [`read_samples`] of a file's bytes already read (`path` names it in errors): what the fuzzer drives.
+pub fn parse_samples(path: &Path, bytes: &[u8]) -> Result<Vec<Sample>> {
+    let parsed = parse_file(path, bytes)?;
     if let Some((_, line, why)) = parsed.damaged_tail {
         return Err(Error::data(
             path,

@@ -13,9 +13,9 @@
 //! tile sizes that a few thousand samples do not pin down.
 
 use crate::layer::{LayerConfig, LayerType, Op};
+use rustc_hash::FxHashMap as HashMap;
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::OnceLock;
 use std::thread::LocalKey;
@@ -62,7 +62,7 @@ pub struct KernelPick {
 /// Answers are cached: kernel dispatch allocates, and a NAS loop asks the same shapes over and over.
 pub fn kernel_pick(m: usize, k: usize, n: usize) -> Option<KernelPick> {
     thread_local! {
-        static PICKS: RefCell<HashMap<(usize, usize, usize), Option<KernelPick>>> = RefCell::new(HashMap::new());
+        static PICKS: RefCell<HashMap<(usize, usize, usize), Option<KernelPick>>> = RefCell::new(HashMap::default());
     }
     if m == 0 || k == 0 || n == 0 {
         return None;
@@ -348,7 +348,7 @@ impl ConvShape {
     /// Matrix-product features are 0 for the direct and depthwise kernels. Cached per shape.
     pub fn engine_features(&self) -> [f64; ENGINE_FEATURES_MAX] {
         thread_local! {
-            static FEATURES: RefCell<HashMap<ConvShape, [f64; ENGINE_FEATURES_MAX]>> = RefCell::new(HashMap::new());
+            static FEATURES: RefCell<HashMap<ConvShape, [f64; ENGINE_FEATURES_MAX]>> = RefCell::new(HashMap::default());
         }
         cached(&FEATURES, *self, CACHE_LIMIT, || self.compute_engine_features())
     }
@@ -448,7 +448,7 @@ pub fn tract_plan_bytes(config: &LayerConfig) -> u64 {
 /// does not validate. Cached per thread: some shapes ask tract-linalg's kernel dispatch, which allocates.
 pub fn conv_lowering(config: &LayerConfig) -> Option<ConvLowering> {
     thread_local! {
-        static LOWERINGS: RefCell<HashMap<ConvShape, ConvLowering>> = RefCell::new(HashMap::new());
+        static LOWERINGS: RefCell<HashMap<ConvShape, ConvLowering>> = RefCell::new(HashMap::default());
     }
     let shape = conv_shape(config)?;
     Some(cached(&LOWERINGS, shape, CACHE_LIMIT, || shape.lowering()))

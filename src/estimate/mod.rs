@@ -186,8 +186,8 @@ fn cached_prediction(
 ) -> LearnedPrediction {
     type Key = (u64, LayerType, Vec<u64>);
     thread_local! {
-        static CACHE: std::cell::RefCell<std::collections::HashMap<Key, LearnedPrediction>> =
-            std::cell::RefCell::new(std::collections::HashMap::new());
+        static CACHE: std::cell::RefCell<rustc_hash::FxHashMap<Key, LearnedPrediction>> =
+            std::cell::RefCell::new(rustc_hash::FxHashMap::default());
     }
     let key: Key = (store_id, layer_type, features.iter().map(|x| x.to_bits()).collect());
     crate::engine::packing::cached(&CACHE, key, LAYER_CACHE_LIMIT, predict)
