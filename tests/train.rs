@@ -286,3 +286,74 @@ fn transfer_wins_cross_validation_when_the_target_is_a_known_machine_at_another_
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("nosuch"), "{}", text(&out));
 }
+
+/// `kill -9` at any moment of a real `perfmodel train` (issue: crash safety): afterwards the store opens, every
+/// file its manifest names is there with the hash the manifest records (`ModelStore::open` checks), and it is
+/// either the previous training's store or a complete new one, never a mix; a rerun finishes and leaves no model
+/// file that its manifest does not name.
+#[test]
+fn a_train_killed_at_any_moment_leaves_a_store_that_opens() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, models) = (tmp.path().join("data"), tmp.path().join("models"));
+    synthetic_dense(&data, "synth", 200);
+    let args = |seed: &'static str| {
+        vec![
+            "train",
+            "--device",
+            "synth",
+            "--data-dir",
+            data.to_str().unwrap().to_string().leak(),
+            "--models-dir",
+            models.to_str().unwrap().to_string().leak(),
+            "--methods",
+            "ert,tree,linear",
+            "--seed",
+            seed,
+        ]
+    };
+    let manifest = || std::fs::read(models.join("synth/manifest.json")).unwrap();
+    // The store to keep, then the length of a complete run of another training (another seed, other models).
+    let out = perfmodel(&args("1"));
+    assert!(out.status.success(), "{}", text(&out));
+    let first = manifest();
+    let started = std::time::Instant::now();
+    let out = perfmodel(&args("2"));
+    assert!(out.status.success(), "{}", text(&out));
+    let full = started.elapsed();
+    let second = manifest();
+    assert_ne!(first, second, "the two trainings must differ for the check to mean anything");
+    // Back to the first store, then kill the second training at points all along its run, the save included.
+    let out = perfmodel(&args("1"));
+    assert!(out.status.success(), "{}", text(&out));
+    for fraction in [0.1, 0.3, 0.5, 0.7, 0.8, 0.85, 0.9, 0.93, 0.96, 0.98, 0.99, 1.0] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_perfmodel"))
+            .args(args("2"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(full.mul_f64(fraction));
+        let _ = child.kill(); // SIGKILL on Unix
+        let _ = child.wait();
+        let store = ModelStore::open(&models, "synth");
+        assert!(store.is_ok(), "after a kill at {fraction} of a run: {:?}", store.err());
+        let now = manifest();
+        assert!(now == first || now == second, "after a kill at {fraction} of a run the manifest is neither store's");
+        assert!(store.unwrap().predictor(LayerType::Dense, Metric::Latency).is_some());
+        // Start every kill from the first store again.
+        if now == second {
+            let out = perfmodel(&args("1"));
+            assert!(out.status.success(), "{}", text(&out));
+        }
+    }
+    // A rerun completes and leaves only the files its manifest names.
+    let out = perfmodel(&args("2"));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(manifest(), second);
+    let store = ModelStore::open(&models, "synth").unwrap();
+    let named: Vec<String> = store.manifest().models.iter().map(|m| m.file.clone()).collect();
+    for entry in std::fs::read_dir(models.join("synth/dense")).unwrap() {
+        let name = format!("dense/{}", entry.unwrap().file_name().to_string_lossy());
+        assert!(named.contains(&name), "{name} is named by no manifest");
+    }
+}
