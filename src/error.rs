@@ -102,3 +102,38 @@ impl Error {
         Error::Data { path: path.as_ref().to_path_buf(), line, message: message.into() }
     }
 }
+
+/// The message of a caught panic (an engine's: perfmodel's own code returns errors).
+pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+thread_local! {
+    /// Set while [`catch_engine_panic`] runs an engine call on this thread.
+    static ENGINE_CALL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run an engine call whose panics are the input's fault (tract asserts on some malformed graphs instead of
+/// returning an error): a panic becomes `Err(its message)` for the caller to turn into an error naming the input,
+/// and, with [`quiet_engine_panics`] installed, prints nothing of its own.
+pub fn catch_engine_panic<R>(f: impl FnOnce() -> R) -> std::result::Result<R, String> {
+    let was = ENGINE_CALL.with(|c| c.replace(true));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    ENGINE_CALL.with(|c| c.set(was));
+    result.map_err(|p| panic_text(p.as_ref()))
+}
+
+/// Keep the default panic report for everything but the engine panics [`catch_engine_panic`] catches and
+/// reports as errors (the binary installs this at start).
+pub fn quiet_engine_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !ENGINE_CALL.with(|c| c.get()) {
+            default(info);
+        }
+    }));
+}

@@ -11,6 +11,7 @@ static ALLOCATOR: perfmodel::collect::CountingAlloc = perfmodel::collect::Counti
 fn main() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     c_heap::announce();
+    perfmodel::error::quiet_engine_panics();
     // Behave like other Unix tools when output is piped into `head`: die quietly on SIGPIPE instead of
     // panicking in `println!`.
     #[cfg(unix)]

@@ -122,6 +122,22 @@ fn unreadable_models_give_clear_errors() {
     assert!(err.contains("'block_out' (MyCustomOp)"), "{err}");
 }
 
+/// Inputs the fuzzer (tests/fuzz, docs/fuzzing.md) found panicking inside tract: each is now an error naming the
+/// file, with exit code 2 and nothing written.
+#[test]
+fn models_that_make_tract_panic_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fuzz");
+    for name in ["onnx_gather_panic.onnx"] {
+        std::fs::copy(fixtures.join(name), dir.path().join(name)).unwrap();
+        let out = perfmodel(dir.path(), &["import-onnx", name, "-o", "net.json", "--allow-unsupported"]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains(name) && err.contains("tract failed while"), "{name}: {err}");
+        assert!(!dir.path().join("net.json").exists(), "{name}: nothing may be written");
+    }
+}
+
 /// A graph written the way PyTorch exports it: unnamed nodes, a symbolic batch, Clip with bound inputs, a
 /// `Shape → Gather → Unsqueeze → Concat → Reshape` flatten and `MatMul + Add`.
 fn pytorch_style() -> ModelProto {

@@ -169,13 +169,7 @@ fn effective_probe_ms(latency_ms: f64, times_ms: &[f64], probe_ms: &[f64]) -> Op
     (relative > 0.0).then(|| latency_ms / relative)
 }
 
-fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
-}
+use crate::error::panic_text;
 
 /// Run `runs` inferences; the time they took, or why they failed (errors and engine panics alike).
 fn run_guarded(workload: &mut dyn Workload, runs: usize) -> std::result::Result<Duration, String> {

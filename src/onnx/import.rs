@@ -131,8 +131,12 @@ impl<'a> Importer<'a> {
         // tract's shape inference does unchecked arithmetic on sizes: absurd ones are refused before it sees them.
         tensor_elements(&full_shape[1..], full_shape[0]).map_err(|e| err(format!("input '{}': {e}", input.name)))?;
         check_size_attributes(graph).map_err(err)?;
-        let parsed = tract_onnx::onnx()
-            .parse(proto, model_dir)
+        // tract asserts on some malformed graphs instead of returning an error (a fuzzer found a Gather whose
+        // shape inference indexes out of bounds): its panics become this file's error too.
+        let guarded =
+            |what: &str, panic: String| err(format!("tract failed while {what} the graph (it panicked: {panic})"));
+        let parsed = crate::error::catch_engine_panic(|| tract_onnx::onnx().parse(proto, model_dir))
+            .map_err(|p| guarded("parsing", p))?
             .map_err(|e| err(format!("tract cannot parse the graph: {e:#}")))?;
         let mut model = parsed.model;
         let outlets = parsed.outlets_by_name;
@@ -142,7 +146,10 @@ impl<'a> Importer<'a> {
         let fact =
             model.outlet_fact(input_outlet).map_err(|e| err(format!("{e:#}")))?.clone().with_shape(full_shape.clone());
         model.set_outlet_fact(input_outlet, fact).map_err(|e| err(format!("{e:#}")))?;
-        let analysis_error = model.analyse(true).err().map(|e| format!("{e:#}"));
+        let analysis_error = crate::error::catch_engine_panic(|| model.analyse(true))
+            .map_err(|p| guarded("analysing", p))?
+            .err()
+            .map(|e| format!("{e:#}"));
 
         let mut consumers: HashMap<&str, usize> = HashMap::new();
         let mut producer = HashMap::new();
