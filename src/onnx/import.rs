@@ -291,7 +291,13 @@ impl<'a> Importer<'a> {
                                 self.analysis_error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
                             ))
                         })?;
-                        let op = Op::Unsupported { op_type: node.op_type.clone(), output_shape: shape[1..].to_vec() };
+                        let Some(output_shape) = shape.get(1..) else {
+                            return Err(self.error(format!(
+                                "node '{base_name}' ({}) has a scalar (rank-0) output where a layer needs [batch, ...]",
+                                node.op_type
+                            )));
+                        };
+                        let op = Op::Unsupported { op_type: node.op_type.clone(), output_shape: output_shape.to_vec() };
                         let name = if k == 0 { base_name.clone() } else { format!("{base_name}/out{k}") };
                         built.add(name, op, sources.clone(), out);
                     }
@@ -326,12 +332,12 @@ impl<'a> Importer<'a> {
                 if matches!(network.layers[i].op, Op::GlobalAvgPool2d | Op::GlobalMaxPool2d) {
                     theirs.truncate(2); // ONNX keeps the pooled 1x1 spatial dims, perfmodel does not
                 }
-                if &theirs[1..] != ours.as_slice() {
+                if theirs.get(1..) != Some(ours.as_slice()) {
                     return Err(self.error(format!(
                         "layer '{}' ({}): perfmodel infers output shape {ours:?} but tract infers {:?} for '{tensor}'",
                         network.layers[i].name,
                         network.layers[i].op.layer_type(),
-                        &theirs[1..]
+                        theirs.get(1..).unwrap_or_default()
                     )));
                 }
             }
@@ -475,8 +481,8 @@ impl<'a> Importer<'a> {
     fn our_shape(&self, x: &str, built: &Built) -> Option<Vec<usize>> {
         let tract = self.shape(x)?;
         match built.layer_of(x).map(|i| &built.layers[i].op) {
-            Some(Op::GlobalAvgPool2d | Op::GlobalMaxPool2d) => Some(vec![tract[1]]),
-            _ => Some(tract[1..].to_vec()),
+            Some(Op::GlobalAvgPool2d | Op::GlobalMaxPool2d) => tract.get(1).map(|&c| vec![c]),
+            _ => tract.get(1..).map(<[usize]>::to_vec),
         }
     }
 
@@ -493,6 +499,12 @@ impl<'a> Importer<'a> {
         let in_shape = self.shape(x).ok_or("tract could not infer its input shape")?;
         let out_shape =
             node.output.first().and_then(|o| self.shape(o)).ok_or("tract could not infer its output shape")?;
+        if in_shape.is_empty() || out_shape.is_empty() {
+            // Every tensor between layers has a batch dimension; a scalar is not a layer's input or output.
+            return Err(format!(
+                "a scalar (rank-0) tensor where a layer needs [batch, ...]: {in_shape:?} -> {out_shape:?}"
+            ));
+        }
         let single = || if dynamic.len() == 1 { Ok(()) } else { Err("expected exactly one non-constant input") };
         let attr_err = |e: TractError| format!("{e:#}");
         let act = |a: Activation| Ok(self.activation_mapping(x, a, 1, built));
