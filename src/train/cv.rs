@@ -351,10 +351,9 @@ fn simplest_equivalent(
         y.iter().zip(&e.predicted).map(|(&m, &p)| select_by.row_loss(m, p)).collect()
     };
     let reference = losses(&evaluations[best]);
-    let mean_best = {
-        let kept: Vec<f64> = reference.iter().flatten().copied().collect();
-        kept.iter().sum::<f64>() / kept.len().max(1) as f64
-    };
+    // The rows the loss counts (MAPE skips zeros): a candidate is compared on all of them or not at all.
+    let counted = reference.iter().flatten().count();
+    let mean_best = reference.iter().flatten().sum::<f64>() / counted.max(1) as f64;
     let floor = match select_by {
         SelectBy::Mape => MAPE_FLOOR,
         SelectBy::Mae | SelectBy::R2 => 1e-3 * mean_best,
@@ -376,7 +375,7 @@ fn simplest_equivalent(
             .filter_map(|(a, b)| Some((*a)? - (*b)?))
             .filter(|v| v.is_finite())
             .collect();
-        if d.len() < 2 || d.len() < reference.iter().flatten().count() {
+        if d.len() < 2 || d.len() < counted {
             continue;
         }
         let n = d.len() as f64;

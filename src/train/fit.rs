@@ -113,7 +113,10 @@ impl Regressor for ExtraTrees {
         }
         let fitted = ExtraTreesRegressor::fit(&matrix(x)?, &y.to_vec(), params).map_err(|e| failed("ert", e))?;
         let mirror: SmartExtraTrees = mirror(&fitted).map_err(|e| failed("ert", e))?;
-        let trees = mirror.forest_regressor.and_then(|f| f.trees).unwrap_or_default();
+        let trees = mirror
+            .forest_regressor
+            .and_then(|f| f.trees)
+            .ok_or_else(|| failed("ert", "unexpected smartcore forest layout"))?;
         let mut forest = FlatForest::empty(0.0, 1.0 / trees.len().max(1) as f64);
         for tree in &trees {
             forest.push_smartcore_tree(tree).map_err(|e| failed("ert", e))?;

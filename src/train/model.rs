@@ -117,7 +117,7 @@ impl Node {
     }
 }
 
-/// How a [`Forest`] is stored: per node its feature (`u8`, [`ForestRepr::leaf`] for a leaf) and value, and the
+/// How a [`Forest`] is stored: per node its feature (`u8`, [`ForestRepr::LEAF`] for a leaf) and value, and the
 /// right-child distance of the split nodes only, in preorder (varints in the store, mostly one or two bytes).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct ForestRepr {
@@ -273,7 +273,6 @@ impl Forest {
 
     pub fn predict(&self, x: &[f64]) -> f64 {
         let features = self.features as usize;
-        // The row the walk reads: the features, then the leaves' NaN (a leaf compares false and stays put).
         // The row the walk reads, in f32 like the thresholds (rounding is monotonic, so a row goes the way it went
         // in f64 unless it rounds onto the threshold itself), then the leaves' NaN (a leaf compares false and
         // stays put).
@@ -291,7 +290,6 @@ impl Forest {
         row[features] = f32::NAN;
         let row = &*row;
         let nodes = &self.nodes[..];
-        let leaf = features as u32;
         let mut sum = 0.0;
         for (group, &depth) in self.roots.chunks(LANES).zip(&self.group_depth) {
             let mut at = [0usize; LANES];
@@ -305,7 +303,7 @@ impl Forest {
             for step in 0..depth {
                 // Most paths end well above the group's deepest leaf: stop once every lane sits on a leaf
                 // (checked every fourth step, where the nodes are still in L1).
-                if step % 4 == 0 && step > 0 && at.iter().all(|&a| nodes[a].link >> OFFSET_BITS == leaf) {
+                if step % 4 == 0 && step > 0 && at.iter().all(|&a| nodes[a].feature() == features) {
                     break;
                 }
                 for a in at.iter_mut() {
