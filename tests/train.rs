@@ -87,6 +87,45 @@ fn train_writes_models_report_and_plots_that_load_and_predict() {
 }
 
 #[test]
+fn holdout_keeps_rows_out_of_training_and_reports_their_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, models) = (tmp.path().join("data"), tmp.path().join("models"));
+    synthetic_dense(&data, "synth", 90);
+    let out = train(&data, &models, &["--methods", "ert,linear", "--holdout", "0.2", "--contamination", "0"]);
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("held-out rows"), "{log}");
+    let dir = models.join("synth");
+    let csv = std::fs::read_to_string(dir.join("holdout.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = csv.lines().skip(1).map(|l| l.split(',').collect()).collect();
+    let latency: Vec<&Vec<&str>> = rows.iter().filter(|r| r[1] == "latency").collect();
+    assert_eq!(latency.len(), 18, "{csv}");
+    assert_eq!(rows.iter().filter(|r| r[1] == "memory").count(), 18, "{csv}");
+    // The store's models saw only the other 72 rows.
+    let store = ModelStore::open(&models, "synth").unwrap();
+    assert!(store.manifest().models.iter().all(|e| e.samples == 72), "{:?}", store.manifest().models);
+    // The predictions written are the store's own predictions for those rows, and close on this clean data.
+    let samples = data::read_samples(&data::file_path(&data.join("synth"), LayerType::Dense)).unwrap();
+    let predictor = store.predictor(LayerType::Dense, Metric::Latency).unwrap();
+    for r in &latency {
+        let s = samples.iter().find(|s| s.key == r[2]).expect("held-out key is a row of the data");
+        let (measured, predicted): (f64, f64) = (r[3].parse().unwrap(), r[4].parse().unwrap());
+        assert_eq!(measured, s.latency_ms.unwrap());
+        assert!((predictor.predict(&s.config.features().unwrap()) - predicted).abs() <= 1e-12 * predicted.abs());
+        assert!((predicted - measured).abs() < 0.5 * measured, "{r:?}");
+    }
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("## Held-out rows"), "{report}");
+    // A run without --holdout describes other models: the file goes.
+    let out = train(&data, &models, &["--methods", "linear"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!dir.join("holdout.csv").exists());
+    let out = train(&data, &models, &["--holdout", "0.7"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--holdout"), "{}", text(&out));
+}
+
+#[test]
 fn same_seed_gives_identical_models() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");

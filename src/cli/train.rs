@@ -47,6 +47,11 @@ pub struct Args {
     /// device's rows chooses between transfer and training from scratch
     #[arg(long, value_delimiter = ',', value_name = "DEVICE")]
     transfer_from: Vec<String>,
+    /// Hold out this fraction of each triplet's rows (seeded by --seed) from outlier removal, cross-validation
+    /// and the refit, and report the trained model's error on them (report.md, holdout.csv). The store then
+    /// holds models trained without those rows: an evaluation, not a device to ship
+    #[arg(long, default_value_t = 0.0, value_name = "FRACTION")]
+    holdout: f64,
 }
 
 fn options(args: &Args) -> Result<TrainOptions, Error> {
@@ -85,7 +90,11 @@ fn options(args: &Args) -> Result<TrainOptions, Error> {
             args.contamination
         )));
     }
+    if !(0.0..0.5).contains(&args.holdout) {
+        return Err(Error::Invalid(format!("--holdout: expected a fraction in [0, 0.5), got {}", args.holdout)));
+    }
     Ok(TrainOptions {
+        holdout: args.holdout,
         layers,
         metrics,
         folds: args.folds,
@@ -204,6 +213,21 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
             r.removed.len(),
             r.train_seconds
         );
+    }
+    if run.results.iter().any(|r| r.holdout.is_some()) {
+        println!("held-out rows (never trained on; every row in holdout.csv):");
+        for r in &run.results {
+            if let Some(h) = &r.holdout {
+                println!(
+                    "  {:<18} {:<8} {:>4} rows  MAPE {:>7.2} %  median APE {:>7.2} %",
+                    r.layer_type.as_str(),
+                    r.metric.as_str(),
+                    h.keys.len(),
+                    h.scores().mape,
+                    h.median_ape()
+                );
+            }
+        }
     }
     for s in &run.skipped {
         println!("{:<18} {:<8} not trained: {}", s.layer_type.as_str(), s.metric.as_str(), s.reason);

@@ -51,6 +51,10 @@ pub struct TrainOptions {
     /// ONNX Runtime's NCHWc block on the device's machine (from its profile's fingerprint), recorded in the
     /// manifest so that the estimate follows the device's layout wherever it runs.
     pub nchwc_block: Option<usize>,
+    /// Fraction of each triplet's rows held out before anything else (`--holdout`): never seen by the outlier
+    /// removal, cross-validation or the refit, and predicted by the trained model afterwards, so the report
+    /// states an error on rows the whole pipeline, selection included, never saw. 0 = none.
+    pub holdout: f64,
 }
 
 impl Default for TrainOptions {
@@ -69,6 +73,7 @@ impl Default for TrainOptions {
             transfer_from: Vec::new(),
             reorder_ms_per_mib: None,
             nchwc_block: None,
+            holdout: 0.0,
         }
     }
 }
@@ -168,6 +173,52 @@ pub struct RemovedRow {
     pub measured: f64,
 }
 
+/// The rows held out of a triplet's training (`--holdout`) and what the trained model predicts for them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Holdout {
+    pub keys: Vec<String>,
+    pub measured: Vec<f64>,
+    pub predicted: Vec<f64>,
+}
+
+impl Holdout {
+    pub fn scores(&self) -> Scores {
+        cv::scores(&self.measured, &self.predicted)
+    }
+
+    /// Median absolute percentage error over the rows measured above 0 (NaN without such rows).
+    pub fn median_ape(&self) -> f64 {
+        let ape: Vec<f64> = self
+            .measured
+            .iter()
+            .zip(&self.predicted)
+            .filter(|(m, _)| **m > 0.0)
+            .map(|(m, p)| 100.0 * (p - m).abs() / m)
+            .collect();
+        crate::stats::median(&ape).unwrap_or(f64::NAN)
+    }
+}
+
+/// Split off a seeded `fraction` of the rows (at least one, and at least [`MIN_ROWS`] left to train on); `None`
+/// when `fraction` is 0 or too few rows remain.
+pub fn holdout_split(data: &Dataset, fraction: f64, seed: u64) -> Option<(Dataset, Dataset)> {
+    if fraction <= 0.0 {
+        return None;
+    }
+    let n = data.len();
+    let held = ((n as f64 * fraction).round() as usize).max(1);
+    if n < held + MIN_ROWS {
+        return None;
+    }
+    let mut order: Vec<usize> = (0..n).collect();
+    order.shuffle(&mut ChaCha8Rng::seed_from_u64(seed ^ 0x4_01d0));
+    let (held, kept) = order.split_at(held);
+    let (mut held, mut kept) = (held.to_vec(), kept.to_vec());
+    held.sort_unstable();
+    kept.sort_unstable();
+    Some((data.subset(&kept), data.subset(&held)))
+}
+
 /// Validation MAPE of each candidate on growing training subsets.
 #[derive(Debug, Clone)]
 pub struct LearningCurve {
@@ -199,6 +250,8 @@ pub struct TripletResult {
     pub median_latency_cv: Option<f64>,
     /// Whether the candidates that built on another device's model were tried (`--transfer-from`).
     pub transfer_tried: bool,
+    /// The held-out rows and their predictions (`--holdout`).
+    pub holdout: Option<Holdout>,
 }
 
 /// The best candidate of one kind in a triplet's cross-validation.
@@ -323,6 +376,7 @@ pub fn train_triplet(
         learning_curve,
         median_latency_cv: None,
         transfer_tried: candidates.iter().any(Candidate::is_transfer),
+        holdout: None,
     })
 }
 
@@ -446,6 +500,10 @@ pub fn train_device(
         for &metric in &options.metrics {
             let source = data::file_path(&data_dir.join(device), layer_type);
             let dataset = Dataset::from_samples(samples, metric, &source, nominal.as_ref())?;
+            let (dataset, held_out) = match holdout_split(&dataset, options.holdout, options.seed) {
+                Some((train, held)) => (train, Some(held)),
+                None => (dataset, None),
+            };
             if dataset.len() < MIN_ROWS.max(options.folds) {
                 skipped.push(Skipped {
                     layer_type,
@@ -479,6 +537,10 @@ pub fn train_device(
                         .collect();
                     cvs.sort_by(f64::total_cmp);
                     result.median_latency_cv = cvs.get(cvs.len() / 2).copied();
+                }
+                if let Some(held) = held_out {
+                    let predicted = held.x.iter().map(|x| result.predictor.predict(x)).collect();
+                    result.holdout = Some(Holdout { keys: held.keys, measured: held.y, predicted });
                 }
                 results.push(result);
             }

@@ -118,6 +118,29 @@ pub fn markdown(run: &TrainRun, bench: &StoreBench, options_line: &str) -> Strin
             r.train_seconds
         );
     }
+    if run.results.iter().any(|r| r.holdout.is_some()) {
+        let _ = writeln!(
+            md,
+            "\n## Held-out rows (`--holdout`)\n\nRows split off before outlier removal, cross-validation and the \
+             refit, predicted by the models of this store (which are trained without them); every row in \
+             `{HOLDOUT_FILE}`.\n"
+        );
+        let _ = writeln!(md, "| layer | metric | rows | MAPE % | median APE % | R² |\n| --- | --- | ---: | ---: | ---: | ---: |");
+        for r in &run.results {
+            let Some(h) = &r.holdout else { continue };
+            let s = h.scores();
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {:.2} | {} | {} |",
+                r.layer_type,
+                r.metric,
+                h.keys.len(),
+                s.mape,
+                fmt_num(h.median_ape()),
+                fmt_num(s.r2)
+            );
+        }
+    }
     let verdicts: Vec<_> = run.results.iter().filter_map(|r| Some((r, r.transfer_verdict()?))).collect();
     if !verdicts.is_empty() {
         let _ = writeln!(md, "\n## Transfer against training from scratch (best CV MAPE % of each kind)\n");
@@ -384,5 +407,30 @@ pub fn write_report(models_dir: &Path, run: &TrainRun, bench: &StoreBench, optio
     for r in &run.results {
         write_plots(&plots, r)?;
     }
-    write_atomic(dir.join("report.md"), markdown(run, bench, options_line).as_bytes())
+    write_atomic(dir.join("report.md"), markdown(run, bench, options_line).as_bytes())?;
+    // The held-out rows of this run, or none: a file from an earlier `--holdout` run would describe other models.
+    let holdout_path = dir.join(HOLDOUT_FILE);
+    match holdout_csv(run) {
+        Some(csv) => write_atomic(&holdout_path, csv.as_bytes()),
+        None => match std::fs::remove_file(&holdout_path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(&holdout_path, e)),
+            _ => Ok(()),
+        },
+    }
+}
+
+/// The held-out rows of a `--holdout` run, one per line: layer type, metric, key, measured, predicted.
+pub const HOLDOUT_FILE: &str = "holdout.csv";
+
+fn holdout_csv(run: &TrainRun) -> Option<String> {
+    let mut csv = String::from("layer_type,metric,key,measured,predicted\n");
+    let mut any = false;
+    for r in &run.results {
+        let Some(h) = &r.holdout else { continue };
+        any = true;
+        for ((key, measured), predicted) in h.keys.iter().zip(&h.measured).zip(&h.predicted) {
+            let _ = writeln!(csv, "{},{},{key},{measured},{predicted}", r.layer_type, r.metric);
+        }
+    }
+    any.then_some(csv)
 }
