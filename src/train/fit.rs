@@ -1,5 +1,6 @@
-//! The candidate regressors. Trees come from smartcore (decision tree, extra trees, XGBoost-style boosting) and
-//! linear regression too; each fitted smartcore model is converted right away into the flat form of
+//! The candidate regressors. Extra-trees and boosting are perfmodel's own ([`crate::train::grow`]: smartcore's
+//! were most of training's time); the decision tree and linear regression come from smartcore, and each fitted
+//! smartcore model is converted right away into the flat form of
 //! [`crate::train::model`] by reading its serde representation into the mirror types below (by field name, so a
 //! changed layout fails loudly), so nothing of smartcore's object graph is kept.
 //! kNN is written here: smartcore's query scans with a generic distance per row (~2 ms per query measured),
@@ -9,13 +10,12 @@
 //! `fit(x, y)`.
 
 use crate::error::{Error, Result};
+use crate::train::grow;
 use crate::train::model::{FlatForest, Forest, Knn, Linear, Model, Standardizer, LEAF};
 use serde::Deserialize;
-use smartcore::ensemble::extra_trees_regressor::{ExtraTreesRegressor, ExtraTreesRegressorParameters};
 use smartcore::linalg::basic::matrix::DenseMatrix;
 use smartcore::linear::linear_regression::{LinearRegression, LinearRegressionParameters, LinearRegressionSolverName};
 use smartcore::tree::decision_tree_regressor::{DecisionTreeRegressor, DecisionTreeRegressorParameters};
-use smartcore::xgboost::xgb_regressor::{XGRegressor, XGRegressorParameters};
 
 type Matrix = DenseMatrix<f64>;
 
@@ -101,26 +101,17 @@ impl Regressor for ExtraTrees {
     fn fit(&self, x: &[Vec<f64>], y: &[f64]) -> Result<Model> {
         check_shapes(x, y)?;
         let d = x[0].len();
-        let mut params = ExtraTreesRegressorParameters::default()
-            .with_n_trees(self.n_trees)
-            .with_min_samples_leaf(self.min_samples_leaf)
-            .with_min_samples_split(2 * self.min_samples_leaf)
-            .with_m(self.max_features.unwrap_or(d).clamp(1, d))
-            .with_seed(self.seed)
-            .with_keep_samples(false);
-        if let Some(depth) = self.max_depth {
-            params = params.with_max_depth(depth);
-        }
-        let fitted = ExtraTreesRegressor::fit(&matrix(x)?, &y.to_vec(), params).map_err(|e| failed("ert", e))?;
-        let mirror: SmartExtraTrees = mirror(&fitted).map_err(|e| failed("ert", e))?;
-        let trees = mirror
-            .forest_regressor
-            .and_then(|f| f.trees)
-            .ok_or_else(|| failed("ert", "unexpected smartcore forest layout"))?;
-        let mut forest = FlatForest::empty(0.0, 1.0 / trees.len().max(1) as f64);
-        for tree in &trees {
-            forest.push_smartcore_tree(tree).map_err(|e| failed("ert", e))?;
-        }
+        let forest = grow::extra_trees(
+            x,
+            y,
+            grow::ExtraTreesParams {
+                n_trees: self.n_trees,
+                max_features: self.max_features.unwrap_or(d).clamp(1, d.max(1)),
+                min_samples_leaf: self.min_samples_leaf,
+                max_depth: self.max_depth.unwrap_or(u16::MAX),
+                seed: self.seed,
+            },
+        );
         forest.into_model(d).map_err(|e| failed("ert", e))
     }
 }
@@ -219,24 +210,19 @@ impl Regressor for GradientBoosting {
     }
     fn fit(&self, x: &[Vec<f64>], y: &[f64]) -> Result<Model> {
         check_shapes(x, y)?;
-        // Start from the mean: smartcore's default base score of 0.5 is meaningless for milliseconds or MiB.
-        let base = y.iter().sum::<f64>() / y.len() as f64;
-        let params = XGRegressorParameters::default()
-            .with_n_estimators(self.n_estimators)
-            .with_learning_rate(self.learning_rate)
-            .with_max_depth(self.max_depth)
-            .with_min_child_weight(self.min_child_weight)
-            .with_lambda(self.lambda)
-            .with_subsample(self.subsample)
-            .with_seed(self.seed)
-            .with_base_score(base);
-        let fitted = XGRegressor::fit(&matrix(x)?, &y.to_vec(), params).map_err(|e| failed("xgb", e))?;
-        let mirror: SmartBooster = mirror(&fitted).map_err(|e| failed("xgb", e))?;
-        let trees = mirror.regressors.ok_or_else(|| failed("xgb", "unexpected smartcore booster layout"))?;
-        let mut forest = FlatForest::empty(base, self.learning_rate);
-        for tree in &trees {
-            forest.push_smartcore_boosted_tree(tree).map_err(|e| failed("xgb", e))?;
-        }
+        let forest = grow::gradient_boosting(
+            x,
+            y,
+            grow::BoostParams {
+                n_estimators: self.n_estimators,
+                learning_rate: self.learning_rate,
+                max_depth: self.max_depth,
+                min_child_weight: self.min_child_weight as f64,
+                lambda: self.lambda,
+                subsample: self.subsample,
+                seed: self.seed,
+            },
+        );
         forest.into_model(x[0].len()).map_err(|e| failed("xgb", e))
     }
 }
@@ -341,16 +327,6 @@ impl Regressor for LinearRegressor {
 
 /// The parts of smartcore's fitted models that are read (see the module's doc), as their serde form names them.
 #[derive(Deserialize)]
-struct SmartExtraTrees {
-    forest_regressor: Option<SmartForest>,
-}
-
-#[derive(Deserialize)]
-struct SmartForest {
-    trees: Option<Vec<SmartTree>>,
-}
-
-#[derive(Deserialize)]
 struct SmartDecisionTree {
     tree_regressor: Option<SmartTree>,
 }
@@ -368,21 +344,6 @@ struct SmartNode {
     split_value: Option<f64>,
     true_child: Option<usize>,
     false_child: Option<usize>,
-}
-
-#[derive(Deserialize)]
-struct SmartBooster {
-    regressors: Option<Vec<SmartBoostedTree>>,
-}
-
-/// A boosted tree, recursive: a leaf has no children, `x <= threshold` → left.
-#[derive(Deserialize)]
-struct SmartBoostedTree {
-    left: Option<Box<SmartBoostedTree>>,
-    right: Option<Box<SmartBoostedTree>>,
-    value: f64,
-    threshold: f64,
-    split_feature_idx: usize,
 }
 
 /// `fitted`'s serde form read as the mirror type `T` (through JSON text: a typed read allocates per tree, not
@@ -441,29 +402,6 @@ impl FlatForest {
                 ((Some(_), Some(_)), _) => return Err(format!("node {id}: split without a finite threshold")),
                 _ => {
                     self.push_node(LEAF, node.output);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Append one smartcore boosted tree.
-    fn push_smartcore_boosted_tree(&mut self, tree: &SmartBoostedTree) -> std::result::Result<(), String> {
-        self.roots.push(self.feature.len() as u32);
-        let mut stack: Vec<(&SmartBoostedTree, Option<usize>)> = vec![(tree, None)];
-        while let Some((node, parent)) = stack.pop() {
-            let here = self.feature.len();
-            if let Some(p) = parent {
-                self.right[p] = here as u32;
-            }
-            match (&node.left, &node.right) {
-                (Some(l), Some(r)) => {
-                    let at = self.push_node(Self::feature_index(node.split_feature_idx)?, node.threshold);
-                    stack.push((r, Some(at)));
-                    stack.push((l, None));
-                }
-                _ => {
-                    self.push_node(LEAF, node.value);
                 }
             }
         }
@@ -542,7 +480,7 @@ mod tests {
     }
 
     #[test]
-    fn stored_forests_reproduce_smartcore_predictions() {
+    fn stored_trees_reproduce_smartcore_predictions() {
         // The stored form rounds thresholds and leaf values to f32: the same trees, within f32's precision.
         let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs();
         let x = rows(300, 5);
@@ -553,30 +491,6 @@ mod tests {
         let Model::Forest(forest) = DecisionTree::default().with_min_samples_leaf(2).fit(&x, &y).unwrap() else {
             panic!("a tree")
         };
-        for (r, expected) in x.iter().zip(&reference) {
-            assert!(close(forest.predict(r), *expected), "{} vs {expected}", forest.predict(r));
-        }
-        let mean = y.iter().sum::<f64>() / y.len() as f64;
-        let params = XGRegressorParameters::default().with_base_score(mean).with_learning_rate(0.2);
-        let reference = XGRegressor::fit(&m, &y, params).unwrap().predict(&m).unwrap();
-        let Model::Forest(forest) = GradientBoosting::default().fit(&x, &y).unwrap() else { panic!("trees") };
-        assert_eq!(forest.tree_count(), 100);
-        for (r, expected) in x.iter().zip(&reference) {
-            assert!(close(forest.predict(r), *expected), "{} vs {expected}", forest.predict(r));
-        }
-        let params = ExtraTreesRegressorParameters::default()
-            .with_n_trees(20)
-            .with_m(3)
-            .with_min_samples_leaf(1)
-            .with_min_samples_split(2)
-            .with_seed(7)
-            .with_keep_samples(false)
-            .with_max_depth(24);
-        let reference = ExtraTreesRegressor::fit(&m, &y, params).unwrap().predict(&m).unwrap();
-        let Model::Forest(forest) = ExtraTrees::default().with_n_trees(20).with_seed(7).fit(&x, &y).unwrap() else {
-            panic!("trees")
-        };
-        assert_eq!(forest.tree_count(), 20);
         for (r, expected) in x.iter().zip(&reference) {
             assert!(close(forest.predict(r), *expected), "{} vs {expected}", forest.predict(r));
         }

@@ -9,6 +9,7 @@
 
 pub mod cv;
 pub mod fit;
+pub mod grow;
 pub mod isolation;
 pub mod model;
 pub mod pipeline;

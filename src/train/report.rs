@@ -125,7 +125,10 @@ pub fn markdown(run: &TrainRun, bench: &StoreBench, options_line: &str) -> Strin
              refit, predicted by the models of this store (which are trained without them); every row in \
              `{HOLDOUT_FILE}`.\n"
         );
-        let _ = writeln!(md, "| layer | metric | rows | MAPE % | median APE % | R² |\n| --- | --- | ---: | ---: | ---: | ---: |");
+        let _ = writeln!(
+            md,
+            "| layer | metric | rows | MAPE % | median APE % | R² |\n| --- | --- | ---: | ---: | ---: | ---: |"
+        );
         for r in &run.results {
             let Some(h) = &r.holdout else { continue };
             let s = h.scores();
