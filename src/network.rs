@@ -250,7 +250,7 @@ impl Network {
                 .collect();
             let config = LayerConfig::new(layer.op.clone(), shapes, self.batch_size);
             let out = config.output_shape().map_err(|e| layer_error(loc(), e))?;
-            let cost = config.cost().map_err(|e| layer_error(loc(), e))?;
+            let cost = config.cost_of_output(&out).map_err(|e| layer_error(loc(), e))?;
             analysis.sources.push(sources);
             analysis.input_shapes.push(config.input_shapes);
             analysis.output_shapes.push(out);

@@ -43,7 +43,7 @@ pub mod zero_shot;
 use crate::collect::profile::DeviceProfile;
 use crate::engine::rules::{EngineRules, Generic, Tract};
 use crate::error::{Error, Location, Result};
-use crate::layer::{LayerConfig, LayerCost, LayerError, LayerType};
+use crate::layer::{LayerConfig, LayerCost, LayerError, LayerType, Shape};
 use crate::metric::Metric;
 use crate::network::Network;
 use crate::train::ModelStore;
@@ -104,9 +104,11 @@ impl Method {
         }
     }
 
+    /// `output` and `cost` are the layer's output shape and cost as the network's analysis inferred them.
     fn predict(
         &self,
         config: &LayerConfig,
+        output: &Shape,
         cost: &LayerCost,
         cache: bool,
     ) -> std::result::Result<Option<passes::Prediction>, LayerError> {
@@ -114,7 +116,7 @@ impl Method {
         match self {
             Method::Learned(store) => {
                 let Some(latency) = store.predictor(layer_type, Metric::Latency) else { return Ok(None) };
-                let features = config.features()?;
+                let features = config.features_of(output.clone(), *cost)?;
                 let predict = || {
                     let other = |metric| store.predictor(layer_type, metric).map(|p| p.predict(&features));
                     let memory = store.predictor(layer_type, Metric::Memory);
@@ -145,7 +147,7 @@ impl Method {
             })),
             Method::Paleo(_) => Ok(None),
             Method::Template(templates) if templates.has(layer_type) => {
-                let features = config.features()?;
+                let features = config.features_of(output.clone(), *cost)?;
                 Ok(templates.nearest(layer_type, &features).map(|m| passes::Prediction {
                     latency_ms: m.latency_ms,
                     power_w: m.power_w,
@@ -427,9 +429,10 @@ impl Estimator {
     fn predict(
         &self,
         config: &LayerConfig,
+        output: &Shape,
         cost: &LayerCost,
     ) -> std::result::Result<Option<passes::Prediction>, LayerError> {
-        self.method.predict(config, cost, self.layer_cache)
+        self.method.predict(config, output, cost, self.layer_cache)
     }
 
     /// Estimate a network at its own batch size: the engine's rules make a plan of it, then the passes predict

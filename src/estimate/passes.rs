@@ -180,7 +180,8 @@ pub(super) fn predict(
         let layer_type = layer.op.layer_type();
         let cost = &analysis.costs[i];
         let config = analysis.config(net, i);
-        let prediction = estimator.predict(&config, cost).map_err(|e| layer_error(net, i, e))?;
+        let output = &analysis.output_shapes[i];
+        let prediction = estimator.predict(&config, output, cost).map_err(|e| layer_error(net, i, e))?;
         let answer = match prediction {
             Some(p) => {
                 let held = p.held(&config, cost, rules);
@@ -245,7 +246,8 @@ pub(super) fn predict(
 fn add_latency_ms(estimator: &Estimator, net: &Network, analysis: &Analysis, add: usize) -> Result<Option<f64>> {
     let add_config = analysis.config(net, add);
     let add_cost = &analysis.costs[add];
-    Ok(match estimator.predict(&add_config, add_cost).map_err(|e| layer_error(net, add, e))? {
+    let add_output = &analysis.output_shapes[add];
+    Ok(match estimator.predict(&add_config, add_output, add_cost).map_err(|e| layer_error(net, add, e))? {
         Some(p) => Some(p.latency_ms),
         None => estimator.memory_bandwidth_gbs.map(|gbs| {
             let bytes = (add_cost.input_elems + add_cost.output_elems) * BYTES_PER_ELEMENT;
@@ -266,8 +268,9 @@ fn part_workspace(
     let mut largest = 0u64;
     for part in parts {
         let part_config = LayerConfig { input_shapes: vec![part.clone()], ..config.clone() };
-        let cost = part_config.cost()?;
-        let Some(p) = estimator.predict(&part_config, &cost)? else { return Ok(None) };
+        let output = part_config.output_shape()?;
+        let cost = part_config.cost_of_output(&output)?;
+        let Some(p) = estimator.predict(&part_config, &output, &cost)? else { return Ok(None) };
         let Some(workspace) = p.held(&part_config, &cost, estimator.rules).workspace_bytes else { return Ok(None) };
         largest = largest.max(workspace);
     }

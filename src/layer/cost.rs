@@ -53,10 +53,15 @@ impl Op {
 impl LayerConfig {
     /// Element counts and FLOPs. Errors when the config's shapes are impossible or too large to count.
     pub fn cost(&self) -> LResult<LayerCost> {
-        let out = self.output_shape()?;
+        self.cost_of_output(&self.output_shape()?)
+    }
+
+    /// [`LayerConfig::cost`] given the layer's output shape, already inferred by [`LayerConfig::output_shape`]
+    /// (a network's analysis has it: inferring it again is most of a cached estimate's time).
+    pub(crate) fn cost_of_output(&self, out: &Shape) -> LResult<LayerCost> {
         // `output_shape` checked that every tensor of the whole batch has at most MAX_ELEMENTS elements.
         let whole_batch = |s: &Shape| s.iter().map(|&d| d as u64).product::<u64>() * self.batch as u64;
-        let output_elems = whole_batch(&out);
+        let output_elems = whole_batch(out);
         let input_elems = self.input_shapes.iter().map(whole_batch).sum();
         let weight_elems = self.op.params(&self.input_shapes)?;
         let kernel_field = match self.op {

@@ -192,9 +192,8 @@ impl Window {
 }
 
 impl<'a> Layer<'a> {
-    fn new(config: &'a LayerConfig) -> LResult<Layer<'a>> {
-        let cost = config.cost()?;
-        let output = config.output_shape()?;
+    /// The layer of `config`, whose output shape and cost are `output` and `cost`.
+    fn new(config: &'a LayerConfig, output: Shape, cost: LayerCost) -> LResult<Layer<'a>> {
         let inputs = &config.input_shapes[..];
         let (window, width, groups, use_bias) = match &config.op {
             Op::Conv2d(c) => {
@@ -243,7 +242,15 @@ impl LayerType {
 impl LayerConfig {
     /// The regressors' feature vector, in the order of [`LayerType::feature_names`].
     pub fn features(&self) -> LResult<Vec<f64>> {
-        let layer = Layer::new(self)?;
+        let output = self.output_shape()?;
+        let cost = self.cost_of_output(&output)?;
+        self.features_of(output, cost)
+    }
+
+    /// [`LayerConfig::features`] given the layer's output shape and cost as [`LayerConfig::output_shape`] and
+    /// [`LayerConfig::cost`] computed them (a network's analysis has both).
+    pub(crate) fn features_of(&self, output: Shape, cost: LayerCost) -> LResult<Vec<f64>> {
+        let layer = Layer::new(self, output, cost)?;
         let mut values = Vec::with_capacity(48);
         for part in columns(self.layer_type()) {
             values.extend(part.iter().map(|c| c.value(&layer)));
