@@ -7,7 +7,6 @@
 use crate::error::{Error, Location, Result};
 use crate::layer::{tensor_elements, LayerConfig, LayerCost, LayerType, Op, Shape};
 use serde_json::{json, Map, Value};
-use std::collections::HashMap;
 use std::path::Path;
 
 /// The name by which layers refer to the network input.
@@ -189,14 +188,15 @@ impl Network {
 
     fn analyze_in(&self, file: &str) -> Result<Analysis> {
         let n = self.layers.len();
-        let mut index_of: HashMap<&str, usize> = HashMap::with_capacity(n);
+        let mut index_of: rustc_hash::FxHashMap<&str, usize> = Default::default();
+        index_of.reserve(n);
         for (i, l) in self.layers.iter().enumerate() {
-            let loc = Location::file(file).layer(l.name.clone(), i).field("name");
+            let loc = || Location::file(file).layer(l.name.clone(), i).field("name");
             if l.name == INPUT {
-                return Err(Error::spec(loc, format!("'{INPUT}' is reserved for the network input")));
+                return Err(Error::spec(loc(), format!("'{INPUT}' is reserved for the network input")));
             }
             if let Some(first) = index_of.insert(l.name.as_str(), i) {
-                return Err(Error::spec(loc, format!("duplicate layer name (first used by layer #{first})")));
+                return Err(Error::spec(loc(), format!("duplicate layer name (first used by layer #{first})")));
             }
         }
         if self.batch_size == 0 {
