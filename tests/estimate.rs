@@ -720,6 +720,80 @@ fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
     assert_eq!(std::fs::read_to_string(models.join("calibration.json")).unwrap(), before);
 }
 
+/// `kill -9` at points all along a `calibrate` run, the save included: the calibration file is every time either
+/// the one before the run or a complete new one that `estimate` applies, never a torn or half-written file.
+#[test]
+fn a_calibrate_killed_at_any_moment_leaves_the_previous_calibration_or_a_complete_new_one() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let trained_here = perfmodel::train::store::devices_trained_here(&root.join("models"));
+    let device = trained_here.first().map_or("local", String::as_str);
+    let dir = tempfile::tempdir().unwrap();
+    let models = dir.path().join("models").join(device);
+    copy_tree(&root.join("models").join(device), &models);
+    let _ = std::fs::remove_file(models.join("calibration.json"));
+    profile_for_any_machine(dir.path(), device);
+    let nets: Vec<String> =
+        ["zoo/mnist_mlp.json", "zoo/tabular_mlp.json", "zoo/squeezenet.json", "zoo/mobilenetv3small.json"]
+            .iter()
+            .map(|n| root.join(n).to_string_lossy().into_owned())
+            .collect();
+    let mut args: Vec<&str> = vec![
+        "calibrate",
+        "--device",
+        device,
+        "--models-dir",
+        "models",
+        "--collectors-dir",
+        "collectors",
+        "--rounds",
+        "1",
+        "--warmup",
+        "0",
+    ];
+    if trained_here.is_empty() {
+        args.push("--allow-other-machine");
+    }
+    args.extend(nets.iter().map(String::as_str));
+    let calibration = || std::fs::read(models.join("calibration.json")).unwrap();
+    let out = perfmodel(dir.path(), &args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut previous = calibration();
+    let started = std::time::Instant::now();
+    let out = perfmodel(dir.path(), &args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let full = started.elapsed();
+    assert_ne!(calibration(), previous, "two calibrations differ (their times at least)");
+    previous = calibration();
+    let applied = |bytes: &[u8]| {
+        let written: Value = serde_json::from_slice(bytes).expect("the calibration file is whole JSON");
+        let estimate = json_of(&perfmodel(
+            dir.path(),
+            &["estimate", &nets[0], "--device", device, "--models-dir", "models", "--format", "json"],
+        ));
+        assert_eq!(estimate["calibration"], written["correction"], "the estimate applies the calibration file");
+    };
+    for fraction in [0.1, 0.3, 0.5, 0.7, 0.85, 0.9, 0.95, 0.98, 1.0, 1.05] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_perfmodel"))
+            .current_dir(dir.path())
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(full.mul_f64(fraction));
+        let _ = child.kill(); // SIGKILL on Unix
+        let _ = child.wait();
+        let now = calibration();
+        // Either untouched, or the killed run had renamed its complete file into place; early in a run (long
+        // before its save) untouched.
+        applied(&now);
+        if fraction <= 0.3 {
+            assert!(now == previous, "a calibrate killed at {fraction} of its run changed the calibration");
+        }
+        previous = now;
+    }
+}
+
 #[test]
 fn calibrate_by_default_runs_the_zoo_and_its_calibration_networks_never_the_holdout() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
