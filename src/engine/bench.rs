@@ -16,6 +16,7 @@ use crate::layer::Op;
 use crate::network::Network;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::stats::median;
@@ -446,15 +447,72 @@ pub(super) fn check_fits_in_memory(network: &Network, available_bytes: Option<u6
 }
 
 /// What this process can still allocate: the machine's available memory, or less when the process runs under an
-/// address-space limit (`ulimit -v`), which a large network would otherwise hit inside the allocator. Changes
+/// address-space limit (`ulimit -v`) or in a cgroup with a memory limit (a container's `--memory`, a systemd
+/// slice), which a large network would otherwise hit inside the allocator or through the OOM killer. Changes
 /// with what else runs: right for refusing a run now, not for recording a layer as impossible.
 pub(super) fn available_memory_bytes() -> Option<u64> {
-    smaller(meminfo_bytes("MemAvailable:"), address_space_left_bytes())
+    let cgroup = cgroup_memory().map(|c| c.limit.saturating_sub(c.used));
+    smaller(smaller(meminfo_bytes("MemAvailable:"), address_space_left_bytes()), cgroup)
 }
 
-/// What this process could ever allocate: the machine's memory, or its address-space limit.
+/// What this process could ever allocate: the machine's memory, its address-space limit, or its cgroup's limit.
 pub(super) fn memory_limit_bytes() -> Option<u64> {
-    smaller(meminfo_bytes("MemTotal:"), address_space_left_bytes())
+    let cgroup = cgroup_memory().map(|c| c.limit);
+    smaller(smaller(meminfo_bytes("MemTotal:"), address_space_left_bytes()), cgroup)
+}
+
+/// A cgroup's memory limit and what its processes use now, bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CgroupMemory {
+    limit: u64,
+    used: u64,
+}
+
+fn cgroup_memory() -> Option<CgroupMemory> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    cgroup_memory_in(Path::new("/sys/fs/cgroup"), &own)
+}
+
+/// The tightest memory limit over this process's cgroup and its ancestors (the one that leaves least room),
+/// from `/proc/self/cgroup` (`own`) and the cgroup filesystem mounted at `root`: cgroup v2 (`memory.max`,
+/// `memory.current` under `root`) or v1's memory controller (`memory.limit_in_bytes`, `memory.usage_in_bytes`
+/// under `root/memory`). `None` without a limit, or where the files cannot be read (another mount namespace).
+fn cgroup_memory_in(root: &Path, own: &str) -> Option<CgroupMemory> {
+    // v1 writes "no limit" as the largest page count times the page size (about 2^63).
+    const UNLIMITED: u64 = 1 << 60;
+    let read = |path: PathBuf| -> Option<u64> {
+        let text = std::fs::read_to_string(path).ok()?;
+        text.trim().parse::<u64>().ok().filter(|&v| v < UNLIMITED)
+    };
+    let mut tightest: Option<CgroupMemory> = None;
+    for line in own.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (fields.next(), fields.next(), fields.next()) else {
+            continue;
+        };
+        let (base, limit_file, used_file) = if controllers.is_empty() {
+            (root.to_path_buf(), "memory.max", "memory.current")
+        } else if controllers.split(',').any(|c| c == "memory") {
+            (root.join("memory"), "memory.limit_in_bytes", "memory.usage_in_bytes")
+        } else {
+            continue;
+        };
+        let mut at = base.join(path.trim_start_matches('/'));
+        loop {
+            if let Some(limit) = read(at.join(limit_file)) {
+                let used = read(at.join(used_file)).unwrap_or(0);
+                let here = CgroupMemory { limit, used };
+                let room = |c: &CgroupMemory| c.limit.saturating_sub(c.used);
+                if tightest.is_none_or(|t| room(&here) < room(&t)) {
+                    tightest = Some(here);
+                }
+            }
+            if at == base || !at.pop() || !at.starts_with(&base) {
+                break;
+            }
+        }
+    }
+    tightest
 }
 
 fn smaller(a: Option<u64>, b: Option<u64>) -> Option<u64> {
@@ -650,6 +708,44 @@ impl TractWorkload {
             live -= frees[step];
         }
         Ok(peak)
+    }
+}
+
+#[cfg(test)]
+mod cgroup_tests {
+    use super::*;
+
+    fn write(root: &Path, rel: &str, text: &str) {
+        let path = root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    #[test]
+    fn the_tightest_cgroup_memory_limit_over_the_ancestors_is_read_for_v1_and_v2() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        // v2: a container's own cgroup limited to 2 GiB with 0.5 GiB in use, its parent to 8 GiB with 7.8 in use
+        // (less room), the root unlimited.
+        write(root, "memory.max", "max\n");
+        write(root, "kubepods/memory.max", "8589934592\n");
+        write(root, "kubepods/memory.current", "8375186227\n");
+        write(root, "kubepods/pod1/memory.max", "2147483648\n");
+        write(root, "kubepods/pod1/memory.current", "536870912\n");
+        let own = "0::/kubepods/pod1\n";
+        assert_eq!(cgroup_memory_in(root, own), Some(CgroupMemory { limit: 8589934592, used: 8375186227 }));
+        write(root, "kubepods/memory.max", "max\n");
+        assert_eq!(cgroup_memory_in(root, own), Some(CgroupMemory { limit: 2147483648, used: 536870912 }));
+        // v1's memory controller, with its "unlimited" value at the root.
+        write(root, "memory/memory.limit_in_bytes", "9223372036854771712\n");
+        write(root, "memory/docker/abc/memory.limit_in_bytes", "1073741824\n");
+        write(root, "memory/docker/abc/memory.usage_in_bytes", "104857600\n");
+        let own = "12:pids:/docker/abc\n4:memory:/docker/abc\n0::/\n";
+        assert_eq!(cgroup_memory_in(root, own), Some(CgroupMemory { limit: 1073741824, used: 104857600 }));
+        // No limit anywhere, or a path this mount does not have: none.
+        assert_eq!(cgroup_memory_in(root, "4:memory:/\n"), None);
+        assert_eq!(cgroup_memory_in(root, "0::/elsewhere\n4:memory:/other\n"), None);
+        assert_eq!(cgroup_memory_in(root, "garbage\n"), None);
     }
 }
 
