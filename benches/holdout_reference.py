@@ -7,8 +7,10 @@ Cross-validation scores are what selection optimised, so they flatter the chosen
 the plain question instead: hold out a fraction of a device's rows, train on the rest, predict the held-out
 rows. It runs `perfmodel train --holdout FRACTION --seed S` for several seeds (perfmodel writes the rows it
 held out and its predictions to MODELS_DIR/DEVICE/holdout.csv), fits scikit-learn's ExtraTreesRegressor
-(its defaults: 100 fully grown trees on the raw features and target, random_state=S) on exactly the rows
-perfmodel trained on, and prints both errors on the same held-out rows, split by split.
+(its defaults: 100 fully grown trees on the raw features and target, random_state=S) on every row perfmodel
+did not hold out (perfmodel's isolation forest then drops 2% of them for its own training; the reference
+keeps them, as a plain scikit-learn user would), and prints both errors on the same held-out rows, split by
+split. Rows measured as 0 are left out of the errors.
 
 The features are the data file's columns between `config` and the first measurement column (perfmodel's
 LayerType::feature_names), as in benches/reference_train.py. Measured values come from holdout.csv, so a
@@ -50,6 +52,7 @@ def seeds(text):
 
 
 def read_rows(path, metric):
+    """{key: [(features, value), ...]}: every measured row, a key measured twice keeping both."""
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
     header = rows[0]
@@ -63,7 +66,7 @@ def read_rows(path, metric):
         except ValueError:
             continue
         if np.isfinite(y):
-            out.setdefault(r[key_col], (x, y))
+            out.setdefault(r[key_col], []).append((x, y))
     return out
 
 
@@ -94,18 +97,22 @@ def main():
         if done.returncode != 0:
             sys.exit(f"{' '.join(cmd)} failed:\n{done.stderr}")
         held = {}
-        with open(os.path.join(args.models_dir, args.device, "holdout.csv"), newline="") as f:
+        path = os.path.join(args.models_dir, args.device, "holdout.csv")
+        if not os.path.exists(path):
+            sys.exit(f"perfmodel held out no rows (too few rows per triplet?):\n{done.stdout}")
+        with open(path, newline="") as f:
             for r in csv.DictReader(f):
                 held.setdefault((r["layer_type"], r["metric"]), []).append(
                     (r["key"], float(r["measured"]), float(r["predicted"])))
         for (layer, metric), rows in sorted(held.items()):
             data = read_rows(os.path.join(args.data_dir, args.device, f"{layer}.csv"), metric)
             keys = {k for k, _, _ in rows}
-            train = [v for k, v in data.items() if k not in keys]
+            rows = [r for r in rows if r[1] > 0]
+            train = [v for k, vs in data.items() if k not in keys for v in vs]
             x = np.array([v[0] for v in train])
             y = np.array([v[1] for v in train])
             et = ExtraTreesRegressor(random_state=seed, n_jobs=1).fit(x, y)
-            xt = np.array([data[k][0] for k, _, _ in rows])
+            xt = np.array([data[k][0][0] for k, _, _ in rows])
             measured = np.array([m for _, m, _ in rows])
             ours = np.array([p for _, _, p in rows])
             ref = et.predict(xt)

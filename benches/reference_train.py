@@ -42,7 +42,7 @@ What it replicates (from src/train/{pipeline,cv,fit,isolation}.rs)
     - ExtraTreesRegressor(48 trees, min_samples_leaf=1, min_samples_split=2, max_features=all,
       max_depth=24) and (16 trees, min_samples_leaf=4, min_samples_split=8, max_depth=24):
       raw and log1p features x raw and log target (8)
-    - XGBRegressor(n_estimators=60, max_depth=5, learning_rate=0.25, tree_method="hist", max_bin=256,
+    - XGBRegressor(n_estimators=60, max_depth=5, learning_rate=0.25, tree_method="hist", max_bin=1024,
       base_score=mean(y), min_child_weight=1, reg_lambda=1): raw features x raw/log target (2)
     - DecisionTreeRegressor(min_samples_leaf 1 and 4, min_samples_split=2*leaf, max_depth=24):
       raw features x raw/log target (4)
@@ -224,7 +224,7 @@ class Candidate:
         if self.kind == "xgb":
             return XGBRegressor(
                 n_estimators=p["rounds"], max_depth=p["depth"], learning_rate=p["eta"], tree_method="hist",
-                max_bin=256, base_score=float(np.mean(y)), min_child_weight=1, reg_lambda=1.0, subsample=1.0,
+                max_bin=1024, base_score=float(np.mean(y)), min_child_weight=1, reg_lambda=1.0, subsample=1.0,
                 random_state=seed, n_jobs=1,
             )
         if self.kind == "tree":

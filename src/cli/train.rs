@@ -214,9 +214,17 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
             r.train_seconds
         );
     }
-    if run.results.iter().any(|r| r.holdout.is_some()) {
+    if options.holdout > 0.0 {
         println!("held-out rows (never trained on; every row in holdout.csv):");
         for r in &run.results {
+            if r.holdout.is_none() {
+                println!(
+                    "  {:<18} {:<8} none held out: {} rows leave too few to train on",
+                    r.layer_type.as_str(),
+                    r.metric.as_str(),
+                    r.samples + r.removed.len()
+                );
+            }
             if let Some(h) = &r.holdout {
                 println!(
                     "  {:<18} {:<8} {:>4} rows  MAPE {:>7.2} %  median APE {:>7.2} %",

@@ -490,17 +490,26 @@ fn cgroup_memory_in(root: &Path, own: &str) -> Option<CgroupMemory> {
         let (Some(_), Some(controllers), Some(path)) = (fields.next(), fields.next(), fields.next()) else {
             continue;
         };
-        let (base, limit_file, used_file) = if controllers.is_empty() {
-            (root.to_path_buf(), "memory.max", "memory.current")
+        let (base, limit_file, used_file, reclaimable) = if controllers.is_empty() {
+            (root.to_path_buf(), "memory.max", "memory.current", "inactive_file")
         } else if controllers.split(',').any(|c| c == "memory") {
-            (root.join("memory"), "memory.limit_in_bytes", "memory.usage_in_bytes")
+            (root.join("memory"), "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
         } else {
             continue;
+        };
+        // The usage counts the page cache of files read (the data, the models), which the kernel reclaims before
+        // it fails an allocation: its inactive part is room, as `MemAvailable` counts it and `docker stats`
+        // leaves it out.
+        let inactive = |dir: &Path| -> u64 {
+            let Ok(text) = std::fs::read_to_string(dir.join("memory.stat")) else { return 0 };
+            text.lines()
+                .find_map(|l| l.strip_prefix(reclaimable)?.strip_prefix(' ')?.trim().parse::<u64>().ok())
+                .unwrap_or(0)
         };
         let mut at = base.join(path.trim_start_matches('/'));
         loop {
             if let Some(limit) = read(at.join(limit_file)) {
-                let used = read(at.join(used_file)).unwrap_or(0);
+                let used = read(at.join(used_file)).unwrap_or(0).saturating_sub(inactive(&at));
                 let here = CgroupMemory { limit, used };
                 let room = |c: &CgroupMemory| c.limit.saturating_sub(c.used);
                 if tightest.is_none_or(|t| room(&here) < room(&t)) {
@@ -734,14 +743,18 @@ mod cgroup_tests {
         write(root, "kubepods/pod1/memory.current", "536870912\n");
         let own = "0::/kubepods/pod1\n";
         assert_eq!(cgroup_memory_in(root, own), Some(CgroupMemory { limit: 8589934592, used: 8375186227 }));
+        // Most of the parent's use is page cache it can drop: the pod's own limit is then the tighter one.
+        write(root, "kubepods/memory.stat", "anon 1000000000\nfile 7000000000\ninactive_file 7000000000\n");
+        assert_eq!(cgroup_memory_in(root, own), Some(CgroupMemory { limit: 2147483648, used: 536870912 }));
         write(root, "kubepods/memory.max", "max\n");
         assert_eq!(cgroup_memory_in(root, own), Some(CgroupMemory { limit: 2147483648, used: 536870912 }));
         // v1's memory controller, with its "unlimited" value at the root.
         write(root, "memory/memory.limit_in_bytes", "9223372036854771712\n");
         write(root, "memory/docker/abc/memory.limit_in_bytes", "1073741824\n");
         write(root, "memory/docker/abc/memory.usage_in_bytes", "104857600\n");
+        write(root, "memory/docker/abc/memory.stat", "cache 50000000\ninactive_file 1\ntotal_inactive_file 4857600\n");
         let own = "12:pids:/docker/abc\n4:memory:/docker/abc\n0::/\n";
-        assert_eq!(cgroup_memory_in(root, own), Some(CgroupMemory { limit: 1073741824, used: 104857600 }));
+        assert_eq!(cgroup_memory_in(root, own), Some(CgroupMemory { limit: 1073741824, used: 100000000 }));
         // No limit anywhere, or a path this mount does not have: none.
         assert_eq!(cgroup_memory_in(root, "4:memory:/\n"), None);
         assert_eq!(cgroup_memory_in(root, "0::/elsewhere\n4:memory:/other\n"), None);

@@ -295,6 +295,7 @@ pub fn gradient_boosting(x: &[Vec<f64>], y: &[f64], p: BoostParams) -> FlatFores
         gradient: vec![0.0; n],
         prediction: vec![base; n],
         histogram: vec![(0.0, 0); d * MAX_BINS],
+        sampled: p.subsample < 1.0,
     };
     let mut rng = ChaCha8Rng::seed_from_u64(p.seed);
     let mut index: Vec<u32> = Vec::with_capacity(n);
@@ -303,7 +304,7 @@ pub fn gradient_boosting(x: &[Vec<f64>], y: &[f64], p: BoostParams) -> FlatFores
             *g = pred - target;
         }
         index.clear();
-        if p.subsample < 1.0 {
+        if grower.sampled {
             index.extend((0..n as u32).filter(|_| rng.random::<f64>() < p.subsample));
         }
         if index.is_empty() {
@@ -311,7 +312,7 @@ pub fn gradient_boosting(x: &[Vec<f64>], y: &[f64], p: BoostParams) -> FlatFores
         }
         forest.roots.push(forest.feature.len() as u32);
         grower.grow(&mut forest, &mut index, 0);
-        if p.subsample < 1.0 {
+        if grower.sampled {
             // Rows left out of this tree still move with it.
             grower.refresh_prediction(&forest, x);
         }
@@ -327,6 +328,9 @@ struct BoostGrower<'a> {
     prediction: Vec<f64>,
     /// (sum of gradients, rows) per (feature, bin) of one node; free again before its children are grown.
     histogram: Vec<(f64, u32)>,
+    /// Whether trees grow on a subsample of the rows (then the rows are moved after each tree, not at its
+    /// leaves).
+    sampled: bool,
 }
 
 impl BoostGrower<'_> {
@@ -337,7 +341,7 @@ impl BoostGrower<'_> {
         let Some((feature, bin)) = split else {
             let weight = (-g / (h + self.p.lambda)) as f32 as f64;
             push_node(forest, LEAF, weight);
-            if self.p.subsample >= 1.0 {
+            if !self.sampled {
                 for &i in index.iter() {
                     self.prediction[i as usize] += self.p.learning_rate * weight;
                 }
@@ -375,7 +379,8 @@ impl BoostGrower<'_> {
                 gl += gb;
                 hl += hb as f64;
                 let (gr, hr) = (g - gl, h - hl);
-                if hl < self.p.min_child_weight || hr < self.p.min_child_weight {
+                // At least one row a side whatever min_child_weight says: an empty side has no leaf value.
+                if hl < self.p.min_child_weight.max(1.0) || hr < self.p.min_child_weight.max(1.0) {
                     continue;
                 }
                 let gain = gl * gl / (hl + lambda) + gr * gr / (hr + lambda) - parent;

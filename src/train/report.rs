@@ -426,14 +426,18 @@ pub fn write_report(models_dir: &Path, run: &TrainRun, bench: &StoreBench, optio
 pub const HOLDOUT_FILE: &str = "holdout.csv";
 
 fn holdout_csv(run: &TrainRun) -> Option<String> {
-    let mut csv = String::from("layer_type,metric,key,measured,predicted\n");
-    let mut any = false;
+    if run.results.iter().all(|r| r.holdout.is_none()) {
+        return None;
+    }
+    // Keys come from the data files: written through a CSV writer, which quotes whatever needs it.
+    let mut csv = csv::Writer::from_writer(Vec::new());
+    let _ = csv.write_record(["layer_type", "metric", "key", "measured", "predicted"]);
     for r in &run.results {
         let Some(h) = &r.holdout else { continue };
-        any = true;
         for ((key, measured), predicted) in h.keys.iter().zip(&h.measured).zip(&h.predicted) {
-            let _ = writeln!(csv, "{},{},{key},{measured},{predicted}", r.layer_type, r.metric);
+            let (layer, metric) = (r.layer_type.as_str(), r.metric.as_str());
+            let _ = csv.write_record([layer, metric, key, &measured.to_string(), &predicted.to_string()]);
         }
     }
-    any.then_some(csv)
+    csv.into_inner().ok().and_then(|bytes| String::from_utf8(bytes).ok())
 }
