@@ -47,6 +47,7 @@ fn write_store(models_dir: &Path, device: &str, predictors: Vec<(LayerType, Metr
             removed_outliers: 0,
             data_hash: String::new(),
             cv: Scores::default(),
+            held_out: None,
         });
         files.push(ModelFile::new(t, m, p));
     }

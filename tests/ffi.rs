@@ -72,6 +72,7 @@ fn write_linear_store(models_dir: &Path) {
                 removed_outliers: 0,
                 data_hash: String::new(),
                 cv: Scores::default(),
+                held_out: None,
             });
             files.push(ModelFile::new(layer_type, metric, predictor));
         }

@@ -116,6 +116,19 @@ fn holdout_keeps_rows_out_of_training_and_reports_their_error() {
     }
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(report.contains("## Held-out rows"), "{report}");
+    // The store says so, and an estimate with it warns.
+    assert!(store.manifest().models.iter().all(|e| e.held_out == Some(18)), "{:?}", store.manifest().models);
+    let net = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tiny_net.json");
+    let out = perfmodel(&[
+        "estimate",
+        net.to_str().unwrap(),
+        "--device",
+        "synth",
+        "--models-dir",
+        models.to_str().unwrap(),
+        "--uncalibrated",
+    ]);
+    assert!(text(&out).contains("trained with rows held out"), "{}", text(&out));
     // A run without --holdout describes other models: the file goes.
     let out = train(&data, &models, &["--methods", "linear"]);
     assert!(out.status.success(), "{}", text(&out));

@@ -503,6 +503,22 @@ impl Estimator {
         if let Some(note) = &self.calibration_note {
             notes.push(note.clone());
         }
+        if let Method::Learned(store) = &self.method {
+            let held: Vec<String> = store
+                .manifest()
+                .models
+                .iter()
+                .filter(|m| m.held_out.is_some())
+                .map(|m| format!("{}/{}", m.layer_type, m.metric))
+                .collect();
+            if !held.is_empty() {
+                notes.push(format!(
+                    "{how} has models trained with rows held out (`train --holdout`, an evaluation): {}; retrain \
+                     without --holdout for the device's best models",
+                    held.join(", ")
+                ));
+            }
+        }
         if let Some(machine) = &self.trained_elsewhere {
             notes.push(format!(
                 "device '{}' has models trained on another machine ({machine}); this machine is {}, {}: its cores \

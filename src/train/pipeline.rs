@@ -692,6 +692,7 @@ fn write_models(
             removed_outliers: r.removed.len(),
             data_hash: r.data_hash.clone(),
             cv: r.cv(),
+            held_out: r.holdout.as_ref().map(|h| h.keys.len()),
         });
         files.push(file);
     }

@@ -54,6 +54,9 @@ pub struct ModelEntry {
     /// SHA-256 over the rows (features and target) this model was trained on.
     pub data_hash: String,
     pub cv: Scores,
+    /// Rows held out of this model's training (`train --holdout`): an evaluation's model, not the device's best.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_out: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -508,6 +511,7 @@ mod tests {
                 removed_outliers: 0,
                 data_hash: "test".into(),
                 cv: Scores::default(),
+                held_out: None,
             });
             files.push(ModelFile::new(layer_type, metric, predictor.clone()));
             saved.push((layer_type, metric, predictor));
