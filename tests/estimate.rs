@@ -619,41 +619,64 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
+/// A temporary directory where `calibrate` can run: the shipped models of a device measured on this machine if
+/// there is one (else `local`'s), copied without their calibration (calibrate writes next to them), a profile
+/// any machine may use, and four of the zoo's training architectures (the holdout is for validation).
+struct CalibrateSetup {
+    dir: tempfile::TempDir,
+    device: String,
+    trained_here: bool,
+    models: std::path::PathBuf,
+    nets: Vec<String>,
+}
+
+impl CalibrateSetup {
+    fn new() -> CalibrateSetup {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let trained_here = perfmodel::train::store::devices_trained_here(&root.join("models"));
+        let device = trained_here.first().map_or("local", String::as_str).to_string();
+        let dir = tempfile::tempdir().unwrap();
+        let models = dir.path().join("models").join(&device);
+        copy_tree(&root.join("models").join(&device), &models);
+        let _ = std::fs::remove_file(models.join("calibration.json"));
+        let nets: Vec<String> =
+            ["zoo/mnist_mlp.json", "zoo/tabular_mlp.json", "zoo/squeezenet.json", "zoo/mobilenetv3small.json"]
+                .iter()
+                .map(|n| root.join(n).to_string_lossy().into_owned())
+                .collect();
+        profile_for_any_machine(dir.path(), &device);
+        CalibrateSetup { dir, device, trained_here: !trained_here.is_empty(), models, nets }
+    }
+
+    /// `calibrate` of the four networks, one round each without warm-up.
+    fn args(&self) -> Vec<&str> {
+        let mut args = vec![
+            "calibrate",
+            "--device",
+            &self.device,
+            "--models-dir",
+            "models",
+            "--collectors-dir",
+            "collectors",
+            "--rounds",
+            "1",
+            "--warmup",
+            "0",
+        ];
+        if !self.trained_here {
+            args.push("--allow-other-machine");
+        }
+        args.extend(self.nets.iter().map(String::as_str));
+        args
+    }
+}
+
 #[test]
 fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
-    // The shipped models of a device measured on this machine if there is one (else `local`'s), copied:
-    // calibrate writes next to them.
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let trained_here = perfmodel::train::store::devices_trained_here(&root.join("models"));
-    let device = trained_here.first().map_or("local", String::as_str);
-    let dir = tempfile::tempdir().unwrap();
-    let models = dir.path().join("models").join(device);
-    copy_tree(&root.join("models").join(device), &models);
-    let _ = std::fs::remove_file(models.join("calibration.json"));
-    // Training architectures only: the holdout is for validation.
-    let nets: Vec<String> =
-        ["zoo/mnist_mlp.json", "zoo/tabular_mlp.json", "zoo/squeezenet.json", "zoo/mobilenetv3small.json"]
-            .iter()
-            .map(|n| root.join(n).to_string_lossy().into_owned())
-            .collect();
-    profile_for_any_machine(dir.path(), device);
-    let mut args = vec![
-        "calibrate",
-        "--device",
-        device,
-        "--models-dir",
-        "models",
-        "--collectors-dir",
-        "collectors",
-        "--rounds",
-        "1",
-        "--warmup",
-        "0",
-    ];
-    if trained_here.is_empty() {
-        args.push("--allow-other-machine");
-    }
-    args.extend(nets.iter().map(String::as_str));
+    let setup = CalibrateSetup::new();
+    let (dir, device, models, nets) = (&setup.dir, setup.device.as_str(), &setup.models, &setup.nets);
+    let trained_here = setup.trained_here;
+    let mut args = setup.args();
     args.extend(["--format", "json"]);
     let v = json_of(&perfmodel(dir.path(), &args));
     let networks = v["networks"].as_array().unwrap();
@@ -680,9 +703,9 @@ fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
     }
     // The shipped models carry the nominal speed-probe time of their data: the probe ran between the rounds,
     // unless that time is another machine's.
-    match trained_here.is_empty() {
-        false => assert!(v["machine_speed_ratio"].as_f64().unwrap() > 0.0, "{v}"),
-        true => assert!(v["machine_speed_ratio"].is_null(), "{v}"),
+    match trained_here {
+        true => assert!(v["machine_speed_ratio"].as_f64().unwrap() > 0.0, "{v}"),
+        false => assert!(v["machine_speed_ratio"].is_null(), "{v}"),
     }
     assert!(models.join("calibration.json").is_file());
     let estimate = json_of(&perfmodel(
@@ -692,7 +715,7 @@ fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
     assert_eq!(estimate["calibration"], v["correction"]);
     // For models of this machine the engine's per-layer structure is measured (probe networks built with
     // tract), kept in the calibration and counted as resident by the estimates it applies to.
-    if trained_here.is_empty() {
+    if !trained_here {
         assert!(v["engine_structure"].is_null(), "{v}");
     } else {
         let kinds = v["engine_structure"]["bytes_per_layer"].as_object().unwrap();
@@ -725,36 +748,9 @@ fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
 /// the one before the run or a complete new one that `estimate` applies, never a torn or half-written file.
 #[test]
 fn a_calibrate_killed_at_any_moment_leaves_the_previous_calibration_or_a_complete_new_one() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let trained_here = perfmodel::train::store::devices_trained_here(&root.join("models"));
-    let device = trained_here.first().map_or("local", String::as_str);
-    let dir = tempfile::tempdir().unwrap();
-    let models = dir.path().join("models").join(device);
-    copy_tree(&root.join("models").join(device), &models);
-    let _ = std::fs::remove_file(models.join("calibration.json"));
-    profile_for_any_machine(dir.path(), device);
-    let nets: Vec<String> =
-        ["zoo/mnist_mlp.json", "zoo/tabular_mlp.json", "zoo/squeezenet.json", "zoo/mobilenetv3small.json"]
-            .iter()
-            .map(|n| root.join(n).to_string_lossy().into_owned())
-            .collect();
-    let mut args: Vec<&str> = vec![
-        "calibrate",
-        "--device",
-        device,
-        "--models-dir",
-        "models",
-        "--collectors-dir",
-        "collectors",
-        "--rounds",
-        "1",
-        "--warmup",
-        "0",
-    ];
-    if trained_here.is_empty() {
-        args.push("--allow-other-machine");
-    }
-    args.extend(nets.iter().map(String::as_str));
+    let setup = CalibrateSetup::new();
+    let (dir, device, models, nets) = (&setup.dir, setup.device.as_str(), &setup.models, &setup.nets);
+    let args = setup.args();
     let calibration = || std::fs::read(models.join("calibration.json")).unwrap();
     let out = perfmodel(dir.path(), &args);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

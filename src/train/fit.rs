@@ -363,7 +363,8 @@ impl FlatForest {
         Forest::from_flat(&self, features).map(Model::Forest)
     }
 
-    fn push_node(&mut self, feature: u16, value: f64) -> usize {
+    /// Append a node (a split's right child is linked later, in `right`); returns its index.
+    pub(crate) fn push_node(&mut self, feature: u16, value: f64) -> usize {
         self.feature.push(feature);
         self.value.push(value);
         self.right.push(0);

@@ -34,13 +34,6 @@ impl Rows {
     }
 }
 
-fn push_node(forest: &mut FlatForest, feature: u16, value: f64) -> usize {
-    forest.feature.push(feature);
-    forest.value.push(value);
-    forest.right.push(0);
-    forest.feature.len() - 1
-}
-
 /// Reorder `index` so that the rows `goes_left` are first; returns how many they are.
 fn partition(index: &mut [u32], mut goes_left: impl FnMut(u32) -> bool) -> usize {
     let mut left = 0;
@@ -125,16 +118,16 @@ impl ExtraTreeGrower<'_> {
         let mean = sum / n as f64;
         let min_leaf = self.p.min_samples_leaf.max(1);
         if n < 2 * min_leaf || depth >= self.p.max_depth || y_lo >= y_hi {
-            push_node(forest, LEAF, mean);
+            forest.push_node(LEAF, mean);
             return;
         }
         let Some((feature, threshold)) = self.best_split(index, sum, min_leaf) else {
-            push_node(forest, LEAF, mean);
+            forest.push_node(LEAF, mean);
             return;
         };
         let rows = self.rows;
         let left = partition(index, |i| rows.row(i)[feature] <= threshold);
-        let at = push_node(forest, feature as u16, threshold as f64);
+        let at = forest.push_node(feature as u16, threshold as f64);
         let (l, r) = index.split_at_mut(left);
         self.grow(forest, l, depth + 1);
         forest.right[at] = forest.feature.len() as u32;
@@ -340,7 +333,7 @@ impl BoostGrower<'_> {
         let split = if depth < self.p.max_depth && index.len() >= 2 { self.best_split(index, g, h) } else { None };
         let Some((feature, bin)) = split else {
             let weight = (-g / (h + self.p.lambda)) as f32 as f64;
-            push_node(forest, LEAF, weight);
+            forest.push_node(LEAF, weight);
             if !self.sampled {
                 for &i in index.iter() {
                     self.prediction[i as usize] += self.p.learning_rate * weight;
@@ -350,7 +343,7 @@ impl BoostGrower<'_> {
         };
         let column = &self.bins[feature];
         let left = partition(index, |i| column[i as usize] <= bin);
-        let at = push_node(forest, feature as u16, self.features[feature].thresholds[bin as usize] as f64);
+        let at = forest.push_node(feature as u16, self.features[feature].thresholds[bin as usize] as f64);
         let (l, r) = index.split_at_mut(left);
         self.grow(forest, l, depth + 1);
         forest.right[at] = forest.feature.len() as u32;
