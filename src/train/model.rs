@@ -178,6 +178,10 @@ impl TryFrom<ForestRepr> for Forest {
         if *r.roots.last().unwrap_or(&0) as usize >= n {
             return Err("a tree root past the last node".into());
         }
+        // The vector walk indexes nodes with i32s.
+        if n > i32::MAX as usize {
+            return Err(format!("{n} nodes (at most {})", i32::MAX));
+        }
         let mut nodes = Vec::with_capacity(n);
         let mut right = r.right.iter();
         for (i, (&feature, &value)) in r.feature.iter().zip(&r.value).enumerate() {
@@ -289,6 +293,20 @@ impl Forest {
         }
         row[features] = f32::NAN;
         let row = &*row;
+        #[cfg(target_arch = "x86_64")]
+        if gather::available() {
+            // SAFETY: the CPU has the instructions (checked above); `row` holds `features + 1` values; the
+            // forest was checked when built (`try_from`): every walk stays inside its tree and node indices fit
+            // in an i32.
+            let sum = unsafe { gather::sum_trees(self, row) };
+            return self.base + self.scale * sum;
+        }
+        self.base + self.scale * self.sum_trees(row)
+    }
+
+    /// Σ over trees of the leaf `row` reaches, one scalar lane per tree, [`LANES`] trees in lockstep.
+    fn sum_trees(&self, row: &[f32]) -> f64 {
+        let features = self.features as usize;
         let nodes = &self.nodes[..];
         let mut sum = 0.0;
         for (group, &depth) in self.roots.chunks(LANES).zip(&self.group_depth) {
@@ -317,7 +335,7 @@ impl Forest {
                 sum += nodes[a].value as f64;
             }
         }
-        self.base + self.scale * sum
+        sum
     }
 
     pub fn tree_count(&self) -> usize {
@@ -330,6 +348,116 @@ impl Forest {
 
     pub fn max_depth(&self) -> usize {
         self.group_depth.iter().copied().max().unwrap_or(0) as usize
+    }
+}
+
+/// [`Forest::predict`]'s walk with AVX-512 gathers: eight trees in one vector register, one gather of their
+/// nodes and one of the row's values per level, and up to [`GROUPS`] such registers interleaved so that their
+/// gathers overlap (four registers answered the 50-layer benchmark in 124 µs, six or eight in 98 µs, the
+/// scalar walk in 131 µs). Each lane does what the scalar walk does (the same `<=` in f32, the same leaf self-links) and the
+/// leaves are summed in the same order in f64, so both walks give the same bits.
+#[cfg(target_arch = "x86_64")]
+mod gather {
+    use super::{Forest, LANES};
+    use std::arch::x86_64::*;
+
+    /// Registers of [`LANES`] trees walked together.
+    const GROUPS: usize = 8;
+
+    pub(super) fn available() -> bool {
+        std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512vl")
+    }
+
+    /// Σ over trees of the leaf `row` reaches.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F and AVX-512VL; `row.len() > forest.features`; `forest` passed `Forest::try_from`'s
+    /// checks (every path stays inside its tree, every feature index is at most `features`, node indices fit
+    /// in an `i32`).
+    #[target_feature(enable = "avx512f,avx512vl")]
+    pub(super) unsafe fn sum_trees(forest: &Forest, row: &[f32]) -> f64 {
+        debug_assert!(row.len() > forest.features as usize);
+        let groups = forest.roots.len().div_ceil(LANES);
+        let mut sum = 0.0;
+        let mut first = 0;
+        while first < groups {
+            let count = (groups - first).min(GROUPS);
+            // SAFETY: as this function's.
+            sum = unsafe {
+                match count {
+                    8 => walk::<8>(forest, row, first, sum),
+                    7 => walk::<7>(forest, row, first, sum),
+                    6 => walk::<6>(forest, row, first, sum),
+                    5 => walk::<5>(forest, row, first, sum),
+                    4 => walk::<4>(forest, row, first, sum),
+                    3 => walk::<3>(forest, row, first, sum),
+                    2 => walk::<2>(forest, row, first, sum),
+                    _ => walk::<1>(forest, row, first, sum),
+                }
+            };
+            first += count;
+        }
+        sum
+    }
+
+    /// `sum` plus the leaves of groups `first..first + G` of [`LANES`] trees, added one at a time in tree order.
+    #[target_feature(enable = "avx512f,avx512vl")]
+    #[inline]
+    unsafe fn walk<const G: usize>(forest: &Forest, row: &[f32], first: usize, mut sum: f64) -> f64 {
+        let nodes = forest.nodes.as_ptr() as *const i64;
+        let leaf = _mm256_set1_epi32(forest.features as i32);
+        let offset_mask = _mm256_set1_epi32(super::OFFSET_MASK as i32);
+        let one = _mm256_set1_epi32(1);
+        let mut at = [_mm256_setzero_si256(); G];
+        let mut depth = 0;
+        let mut lanes = [0usize; G];
+        for (g, a) in at.iter_mut().enumerate() {
+            let roots = &forest.roots[(first + g) * LANES..];
+            let roots = &roots[..roots.len().min(LANES)];
+            lanes[g] = roots.len();
+            // A short group walks its missing lanes on its first tree and ignores them, as the scalar walk.
+            let mut start = [roots[0] as i32; LANES];
+            for (s, &r) in start.iter_mut().zip(roots) {
+                *s = r as i32;
+            }
+            // SAFETY: an 8-lane i32 array is 32 bytes.
+            *a = unsafe { _mm256_loadu_si256(start.as_ptr() as *const __m256i) };
+            depth = depth.max(forest.group_depth[first + g]);
+        }
+        for step in 0..depth {
+            let mut on_leaves = true;
+            let mut next = at;
+            for (a, n) in at.iter().zip(next.iter_mut()) {
+                // SAFETY: every lane's index is a node of its tree.
+                let node = unsafe { _mm512_i32gather_epi64::<8>(*a, nodes) };
+                let value = _mm256_castsi256_ps(_mm512_cvtepi64_epi32(node));
+                let link = _mm512_cvtepi64_epi32(_mm512_srli_epi64::<32>(node));
+                let feature = _mm256_srli_epi32::<{ super::OFFSET_BITS as i32 }>(link);
+                on_leaves &= _mm256_cmpeq_epi32_mask(feature, leaf) == 0xff;
+                // SAFETY: a feature index is at most `features`, and `row` holds `features + 1` values.
+                let x = unsafe { _mm256_i32gather_ps::<4>(row.as_ptr(), feature) };
+                let left = _mm256_cmp_ps_mask::<_CMP_LE_OQ>(x, value);
+                let offset = _mm256_and_si256(link, offset_mask);
+                *n = _mm256_add_epi32(*a, _mm256_mask_blend_epi32(left, offset, one));
+            }
+            // Most paths end well above the deepest leaf: stop once every lane sits on a leaf (checked every
+            // fourth step, as the scalar walk, so that both take the same steps).
+            if step % 4 == 0 && step > 0 && on_leaves {
+                break;
+            }
+            at = next;
+        }
+        for (a, &lanes) in at.iter().zip(&lanes) {
+            // SAFETY: as in the walk.
+            let node = unsafe { _mm512_i32gather_epi64::<8>(*a, nodes) };
+            let mut values = [0.0f32; LANES];
+            // SAFETY: an 8-lane f32 array is 32 bytes.
+            unsafe { _mm256_storeu_ps(values.as_mut_ptr(), _mm256_castsi256_ps(_mm512_cvtepi64_epi32(node))) };
+            for &v in &values[..lanes] {
+                sum += v as f64;
+            }
+        }
+        sum
     }
 }
 
@@ -900,7 +1028,8 @@ mod tests {
     fn random_tree(flat: &mut FlatForest, rng: &mut ChaCha8Rng, depth: usize) {
         if depth == 0 || rng.random_bool(0.25) {
             flat.feature.push(LEAF);
-            flat.value.push(rng.random_range(-1000..1000) as f64 / 8.0);
+            // Leaves exact in f32 but of very different magnitudes: summed in another order, they give other bits.
+            flat.value.push(rng.random_range(-1000..1000) as f64 / 8.0 * 2f64.powi(rng.random_range(-30..30)));
             flat.right.push(0);
             return;
         }
@@ -942,6 +1071,25 @@ mod tests {
             // Stored and read back: the same forest.
             let repr = ForestRepr::from(forest.clone());
             assert_eq!(Forest::try_from(repr).unwrap(), forest);
+        }
+    }
+
+    #[test]
+    fn the_vector_walk_gives_the_scalar_walk_s_bits() {
+        #[cfg(target_arch = "x86_64")]
+        if gather::available() {
+            let mut rng = ChaCha8Rng::seed_from_u64(5);
+            // Every count of groups and of trees in the last group, up to more groups than one vector pass takes.
+            for trees in (1..=3 * LANES + 1).chain([4 * LANES, 5 * LANES - 1, 48, 100]) {
+                let forest = Forest::from_flat(&random_forest(trees, 100 + trees as u64), 4).unwrap();
+                for _ in 0..200 {
+                    let mut row: Vec<f32> = (0..4).map(|_| rng.random_range(-2..70) as f32 / 4.0).collect();
+                    row.push(f32::NAN);
+                    // SAFETY: checked above that the CPU has the instructions; `row` holds features + 1 values.
+                    let vector = unsafe { gather::sum_trees(&forest, &row) };
+                    assert_eq!(vector.to_bits(), forest.sum_trees(&row).to_bits(), "{trees} trees at {row:?}");
+                }
+            }
         }
     }
 
