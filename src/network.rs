@@ -50,15 +50,21 @@ pub enum Source {
 #[derive(Debug, Clone)]
 pub struct Analysis {
     pub sources: Vec<Vec<Source>>,
-    pub input_shapes: Vec<Vec<Shape>>,
+    /// Each layer alone at the analysed batch size (op and input shapes), as the analysis built it to infer
+    /// its output: the estimate reads them many times per layer and should not rebuild them.
+    configs: Vec<LayerConfig>,
     pub output_shapes: Vec<Shape>,
     pub costs: Vec<LayerCost>,
 }
 
 impl Analysis {
     /// The single-layer config of layer `i` at the analysed batch size.
-    pub fn config(&self, net: &Network, i: usize) -> LayerConfig {
-        LayerConfig::new(net.layers[i].op.clone(), self.input_shapes[i].clone(), net.batch_size)
+    pub fn config(&self, i: usize) -> &LayerConfig {
+        &self.configs[i]
+    }
+    /// The shapes layer `i` reads, batch excluded.
+    pub fn input_shapes(&self, i: usize) -> &[Shape] {
+        &self.configs[i].input_shapes
     }
     pub fn total_params(&self) -> u64 {
         self.costs.iter().map(|c| c.weight_elems).sum()
@@ -207,7 +213,7 @@ impl Network {
             .map_err(|e| Error::spec(Location::file(file).field("batch_size"), format!("the input {e}")))?;
         let mut analysis = Analysis {
             sources: Vec::with_capacity(n),
-            input_shapes: Vec::with_capacity(n),
+            configs: Vec::with_capacity(n),
             output_shapes: Vec::with_capacity(n),
             costs: Vec::with_capacity(n),
         };
@@ -252,7 +258,7 @@ impl Network {
             let out = config.output_shape().map_err(|e| layer_error(loc(), e))?;
             let cost = config.cost_of_output(&out).map_err(|e| layer_error(loc(), e))?;
             analysis.sources.push(sources);
-            analysis.input_shapes.push(config.input_shapes);
+            analysis.configs.push(config);
             analysis.output_shapes.push(out);
             analysis.costs.push(cost);
         }

@@ -207,7 +207,7 @@ pub fn sample(networks: &[Network], options: &SampleOptions) -> Result<(ConfigSe
             if layer.op.layer_type() == LayerType::Unsupported {
                 continue;
             }
-            let config = analysis.config(&net, i);
+            let config = analysis.config(i).clone();
             let key = config.key().map_err(|e| Error::Invalid(format!("{}/{}: {e}", net.name, layer.name)))?;
             pool.found(key, config, format!("{}/{}", net.name, layer.name));
         }

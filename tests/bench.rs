@@ -154,7 +154,7 @@ fn a_lazy_im2col_keeps_its_offset_tables_resident_as_the_estimate_counts_them() 
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     const MIB: f64 = 1024.0 * 1024.0;
     let network = perfmodel::Network::from_json_str(net, "lazy.json").unwrap();
-    let config = network.analyze().unwrap().config(&network, 0);
+    let config = network.analyze().unwrap().config(0).clone();
     let plan = perfmodel::engine::packing::tract_plan_bytes(&config);
     assert_eq!(plan, 8 * (2046 * 62 + 3 * 9), "one isize per output pixel and per input channel and tap");
     let packed = perfmodel::engine::packing::tract_weight_bytes(&config).unwrap() as f64 / MIB;

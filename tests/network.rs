@@ -60,7 +60,7 @@ fn residual_network_shapes_and_costs() {
     let net = Network::from_json_str(RESIDUAL, "res.json").unwrap();
     let a = net.analyze().unwrap();
     assert_eq!(a.output_shapes[4], vec![16, 28, 28]);
-    assert_eq!(a.input_shapes[4], vec![vec![16, 28, 28], vec![16, 28, 28]]);
+    assert_eq!(a.input_shapes(4), [vec![16, 28, 28], vec![16, 28, 28]]);
     assert_eq!(a.output_shapes[5], vec![32, 14, 14]);
     assert_eq!(a.output_shapes[7], vec![10]);
     // conv a (no bias) + bn + conv b + down + fc.

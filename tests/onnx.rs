@@ -62,7 +62,7 @@ fn import_onnx_round_trips_a_residual_concat_network() {
     assert_eq!(a.output_shapes, b.output_shapes);
     assert_eq!(a.total_params(), b.total_params());
     for i in 0..net.layers.len() {
-        assert_eq!(a.config(&back, i).features().unwrap(), b.config(&net, i).features().unwrap());
+        assert_eq!(a.config(i).features().unwrap(), b.config(i).features().unwrap());
     }
 
     // Commands taking a network read .onnx directly.

@@ -192,7 +192,7 @@ fn config_keys(entries: &[zoo::ZooEntry]) -> BTreeSet<String> {
         .flat_map(|e| {
             let net = (e.build)();
             let a = net.analyze().unwrap();
-            (0..net.layers.len()).map(move |i| a.config(&net, i).key().unwrap()).collect::<Vec<_>>()
+            (0..net.layers.len()).map(move |i| a.config(i).key().unwrap()).collect::<Vec<_>>()
         })
         .collect()
 }

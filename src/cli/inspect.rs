@@ -39,7 +39,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     let c = &analysis.costs[i];
                     json!({
                         "index": i, "name": l.name, "type": l.op.layer_type().as_str(),
-                        "input_shapes": analysis.input_shapes[i], "output_shape": analysis.output_shapes[i],
+                        "input_shapes": analysis.input_shapes(i), "output_shape": analysis.output_shapes[i],
                         "params": c.weight_elems, "flops": c.flops, "input_elems": c.input_elems,
                         "weight_elems": c.weight_elems, "output_elems": c.output_elems,
                     })

@@ -179,12 +179,12 @@ pub(super) fn predict(
         };
         let layer_type = layer.op.layer_type();
         let cost = &analysis.costs[i];
-        let config = analysis.config(net, i);
+        let config = analysis.config(i);
         let output = &analysis.output_shapes[i];
-        let prediction = estimator.predict(&config, output, cost).map_err(|e| layer_error(net, i, e))?;
+        let prediction = estimator.predict(config, output, cost).map_err(|e| layer_error(net, i, e))?;
         let answer = match prediction {
             Some(p) => {
-                let held = p.held(&config, cost, rules);
+                let held = p.held(config, cost, rules);
                 let mut latency_ms = p.latency_ms;
                 let mut fused_add = None;
                 if let Some(add) = kernel.fused_add {
@@ -199,9 +199,9 @@ pub(super) fn predict(
                 }
                 let part_workspace = match (kernel.unbuilt_concat, held.workspace_bytes) {
                     (Some(concat), Some(_)) => {
-                        let parts = &analysis.config(net, concat).input_shapes;
+                        let parts = &analysis.config(concat).input_shapes;
                         let output_bytes = cost.output_elems * BYTES_PER_ELEMENT;
-                        part_workspace(estimator, &config, parts, output_bytes).map_err(|e| layer_error(net, i, e))?
+                        part_workspace(estimator, config, parts, output_bytes).map_err(|e| layer_error(net, i, e))?
                     }
                     _ => None,
                 };
@@ -244,10 +244,10 @@ pub(super) fn predict(
 /// The time of a residual add computed inside a convolution: its own prediction, else its memory traffic at the
 /// device's bandwidth; `None` when neither is known.
 fn add_latency_ms(estimator: &Estimator, net: &Network, analysis: &Analysis, add: usize) -> Result<Option<f64>> {
-    let add_config = analysis.config(net, add);
+    let add_config = analysis.config(add);
     let add_cost = &analysis.costs[add];
     let add_output = &analysis.output_shapes[add];
-    Ok(match estimator.predict(&add_config, add_output, add_cost).map_err(|e| layer_error(net, add, e))? {
+    Ok(match estimator.predict(add_config, add_output, add_cost).map_err(|e| layer_error(net, add, e))? {
         Some(p) => Some(p.latency_ms),
         None => estimator.memory_bandwidth_gbs.map(|gbs| {
             let bytes = (add_cost.input_elems + add_cost.output_elems) * BYTES_PER_ELEMENT;
@@ -426,7 +426,7 @@ pub(super) fn memory(
         // fused op or a node of its own).
         let alone_bytes = match structure {
             Some(s) => {
-                let own_kind = rules.structure_kind_of(&analysis.config(net, i));
+                let own_kind = rules.structure_kind_of(analysis.config(i));
                 let kind = rules.structure_kind(net, &analysis.sources, plan, i, own_kind);
                 let products = kernel.unbuilt_concat.map_or(1, |concat| analysis.sources[concat].len().max(1));
                 let activation = rules.own_activation_kind(&layer.op).map_or(0.0, |k| s.bytes(k));

@@ -197,7 +197,7 @@ pub fn probes() -> Vec<Probe> {
 fn probed_kind(net: &Network) -> Option<&'static str> {
     let analysis = net.analyze().ok()?;
     let i = net.layers.iter().position(|l| l.name == "u0_probed0")?;
-    Some(kind_of(&analysis.config(net, i)))
+    Some(kind_of(analysis.config(i)))
 }
 
 /// Measure every kind's bytes per layer on this machine from `probes` ([`probes`]): build each probe network with

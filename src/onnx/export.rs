@@ -70,7 +70,7 @@ pub fn export_network(net: &Network) -> Result<Exported> {
                 }
             })
             .collect();
-        g.layer(&layer.name, &layer.op, &inputs, &analysis.input_shapes[i]).map_err(|message| {
+        g.layer(&layer.name, &layer.op, &inputs, analysis.input_shapes(i)).map_err(|message| {
             Error::spec(Location::file(format!("network '{}'", net.name)).layer(layer.name.clone(), i), message)
         })?;
     }

@@ -888,9 +888,25 @@ pub fn unit_count(row: &[f64], feature: u16) -> f64 {
 }
 
 /// The feature transform of log-feature models (features are non-negative counts and sizes).
+///
+/// Most features are small whole numbers (one-hot activations, kernel sizes, strides, pads, batch): their
+/// logs come from a table of `ln_1p`'s own answers, the same bits at a fraction of the cost of computing them
+/// (the logs were 9% of a 50-layer estimate).
 pub fn log_feature(v: f64) -> f64 {
-    v.max(0.0).ln_1p()
+    let v = v.max(0.0);
+    // `as` truncates (and saturates); `f64::trunc` is a call into libm on baseline x86-64.
+    let whole = v as usize;
+    if whole <= SMALL_WHOLE && whole as f64 == v {
+        return SMALL_WHOLE_LOGS[whole];
+    }
+    v.ln_1p()
 }
+
+/// The largest whole number [`log_feature`] looks up.
+const SMALL_WHOLE: usize = 64;
+
+static SMALL_WHOLE_LOGS: std::sync::LazyLock<[f64; SMALL_WHOLE + 1]> =
+    std::sync::LazyLock::new(|| std::array::from_fn(|i| (i as f64).ln_1p()));
 
 impl Predictor {
     pub fn new(method: impl Into<String>, log_target: bool, model: Model) -> Predictor {
@@ -1090,6 +1106,13 @@ mod tests {
                     assert_eq!(vector.to_bits(), forest.sum_trees(&row).to_bits(), "{trees} trees at {row:?}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn log_features_of_small_whole_numbers_are_ln_1p_s_own_bits() {
+        for v in (0..=SMALL_WHOLE + 3).map(|i| i as f64).chain([-3.0, -0.0, 0.5, 1.5, 63.999, 1e9, f64::NAN]) {
+            assert_eq!(log_feature(v).to_bits(), v.max(0.0).ln_1p().to_bits(), "{v}");
         }
     }
 

@@ -90,7 +90,7 @@ impl OnnxRuntime {
             return false;
         }
         let block = self.nchwc_block;
-        let in_c = analysis.input_shapes[i].first().and_then(|s| s.first()).copied().unwrap_or(0);
+        let in_c = analysis.input_shapes(i).first().and_then(|s| s.first()).copied().unwrap_or(0);
         let out_c = analysis.output_shapes[i].first().copied().unwrap_or(0);
         let grouped = |groups: usize| {
             let depthwise = in_c == groups && out_c == groups;
@@ -114,7 +114,7 @@ impl OnnxRuntime {
     /// Whether a blocked convolution reads its input in the plain layout directly (fewer input channels than a
     /// block, ungrouped): measured alone it converted no input.
     fn reads_plain_input(&self, net: &Network, analysis: &Analysis, i: usize) -> bool {
-        let in_c = analysis.input_shapes[i].first().and_then(|s| s.first()).copied().unwrap_or(0);
+        let in_c = analysis.input_shapes(i).first().and_then(|s| s.first()).copied().unwrap_or(0);
         matches!(&net.layers[i].op, Op::Conv2d(c) if c.groups == 1) && in_c < self.nchwc_block
     }
 
@@ -134,8 +134,8 @@ impl OnnxRuntime {
             let srcs = &analysis.sources[i];
             let inputs_blocked =
                 !srcs.is_empty() && srcs.iter().all(|s| matches!(s, Source::Layer(j) if converted[*j]));
-            let channels = analysis.input_shapes[i].first().and_then(|s| s.first()).copied().unwrap_or(0);
-            let same_shapes = analysis.input_shapes[i].windows(2).all(|w| w[0] == w[1]);
+            let channels = analysis.input_shapes(i).first().and_then(|s| s.first()).copied().unwrap_or(0);
+            let same_shapes = analysis.input_shapes(i).windows(2).all(|w| w[0] == w[1]);
             converted[i] = match &layer.op {
                 // An activation of its own that the blocked kernel does not apply (swish, GELU, softmax) runs on
                 // the plain output, after a conversion back.
@@ -152,7 +152,7 @@ impl OnnxRuntime {
                 Op::Concat { axis } => {
                     inputs_blocked
                         && matches!(axis, 0 | -3)
-                        && analysis.input_shapes[i].iter().all(|s| s.first().is_some_and(|c| c.is_multiple_of(block)))
+                        && analysis.input_shapes(i).iter().all(|s| s.first().is_some_and(|c| c.is_multiple_of(block)))
                 }
                 Op::Activation(a) => {
                     inputs_blocked && matches!(a, Activation::Relu | Activation::Sigmoid | Activation::Tanh)
@@ -215,7 +215,7 @@ impl EngineRules for OnnxRuntime {
             return saved;
         }
         let block = self.nchwc_block;
-        let in_channels = |i: usize| analysis.input_shapes[i].first().and_then(|s| s.first()).copied().unwrap_or(0);
+        let in_channels = |i: usize| analysis.input_shapes(i).first().and_then(|s| s.first()).copied().unwrap_or(0);
         let converted = self.converted(net, analysis, plan);
         // The readers of what each running layer's kernel writes (its own output, or that of a layer run inside
         // it), outside that kernel.
@@ -305,7 +305,7 @@ impl EngineRules for OnnxRuntime {
                 continue;
             }
             let [a, b] = analysis.sources[i].as_slice() else { continue };
-            let shapes = &analysis.input_shapes[i];
+            let shapes = &analysis.input_shapes(i);
             if shapes.len() != 2 || shapes[0] != shapes[1] || a == b {
                 continue;
             }

@@ -58,7 +58,7 @@ impl EngineRules for Tract {
         }
         for (j, layer) in net.layers.iter().enumerate() {
             let Op::Concat { axis } = layer.op else { continue };
-            let rank = analysis.config(net, j).input_shapes.first().map_or(0, Vec::len) as i64;
+            let rank = analysis.config(j).input_shapes.first().map_or(0, Vec::len) as i64;
             if rank != 3 || !(axis == 0 || axis == -rank) {
                 continue;
             }
@@ -155,7 +155,7 @@ impl EngineRules for Tract {
                 continue;
             }
             let [Source::Layer(a), Source::Layer(b)] = analysis.sources[i].as_slice() else { continue };
-            let shapes = &analysis.config(net, i).input_shapes;
+            let shapes = &analysis.config(i).input_shapes;
             if shapes.len() != 2 || shapes[0] != shapes[1] || a == b {
                 continue;
             }
