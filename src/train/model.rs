@@ -353,9 +353,9 @@ impl Forest {
 
 /// [`Forest::predict`]'s walk with AVX-512 gathers: eight trees in one vector register, one gather of their
 /// nodes and one of the row's values per level, and up to [`GROUPS`] such registers interleaved so that their
-/// gathers overlap (four registers answered the 50-layer benchmark in 124 µs, six or eight in 98 µs, the
-/// scalar walk in 131 µs). Each lane does what the scalar walk does (the same `<=` in f32, the same leaf self-links) and the
-/// leaves are summed in the same order in f64, so both walks give the same bits.
+/// gathers overlap (two registers answered the 50-layer benchmark in 145 µs, four in 124 µs, six or eight in
+/// 98 µs, the scalar walk in 131 µs). Each lane does what the scalar walk does (the same `<=` in f32, the same
+/// leaf self-links) and the leaves are summed in the same order in f64, so both walks give the same bits.
 #[cfg(target_arch = "x86_64")]
 mod gather {
     use super::{Forest, LANES};
@@ -424,7 +424,7 @@ mod gather {
             *a = unsafe { _mm256_loadu_si256(start.as_ptr() as *const __m256i) };
             depth = depth.max(forest.group_depth[first + g]);
         }
-        for step in 0..depth {
+        for _ in 0..depth {
             let mut on_leaves = true;
             let mut next = at;
             for (a, n) in at.iter().zip(next.iter_mut()) {
@@ -440,9 +440,9 @@ mod gather {
                 let offset = _mm256_and_si256(link, offset_mask);
                 *n = _mm256_add_epi32(*a, _mm256_mask_blend_epi32(left, offset, one));
             }
-            // Most paths end well above the deepest leaf: stop once every lane sits on a leaf (checked every
-            // fourth step, as the scalar walk, so that both take the same steps).
-            if step % 4 == 0 && step > 0 && on_leaves {
+            // Most paths end well above the deepest leaf: stop once every lane sits on a leaf (a leaf links to
+            // itself, so further steps would change nothing).
+            if on_leaves {
                 break;
             }
             at = next;
