@@ -47,7 +47,8 @@ typedef enum pm_status {
 } pm_status;
 
 /* Layer types (pm_layer.type). Same order as the net.json "type" names. Unsupported layers (17) and the
-   channel_shuffle and channel_slice types have no pm_layer fields: pass such networks as JSON. */
+   channel_shuffle, channel_slice, matmul, layer_norm, softmax and transpose types have no pm_layer fields:
+   pass such networks as JSON. */
 typedef enum pm_layer_type {
     PM_CONV2D = 0,
     PM_DEPTHWISE_CONV2D = 1,

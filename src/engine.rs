@@ -413,8 +413,20 @@ mod tests {
             LayerConfig::new(Op::Dropout { rate: 0.5 }, vec![image.clone()], 1),
             LayerConfig::new(Op::ChannelShuffle { groups: 4 }, vec![image.clone()], 2),
             LayerConfig::new(Op::ChannelSlice { start: 2, end: 6 }, vec![image.clone()], 1),
+            // A transformer block's layers on 10 tokens of 16 features in 2 heads of 8.
+            LayerConfig::new(Op::MatMul { units: Some(48), use_bias: true }, vec![vec![10, 16]], 2),
+            LayerConfig::new(Op::MatMul { units: Some(16), use_bias: false }, vec![vec![16]], 1),
+            LayerConfig::new(Op::MatMul { units: None, use_bias: false }, vec![vec![2, 10, 8], vec![2, 8, 10]], 2),
+            LayerConfig::new(Op::MatMul { units: None, use_bias: false }, vec![vec![2, 10, 10], vec![1, 10, 8]], 1),
+            LayerConfig::new(Op::LayerNorm { axis: -1, epsilon: 1e-6 }, vec![vec![10, 16]], 2),
+            LayerConfig::new(Op::LayerNorm { axis: 0, epsilon: 1e-5 }, vec![image.clone()], 1),
+            LayerConfig::new(Op::Softmax { axis: -1 }, vec![vec![2, 10, 10]], 2),
+            LayerConfig::new(Op::Softmax { axis: 0 }, vec![image.clone()], 1),
+            LayerConfig::new(Op::Transpose { perm: vec![1, 0, 2] }, vec![vec![10, 2, 8]], 2),
+            LayerConfig::new(Op::Transpose { perm: vec![0, 2, 1] }, vec![vec![2, 10, 8]], 1),
         ];
         for a in Activation::ALL {
+            configs.push(LayerConfig::new(Op::Activation(a), vec![vec![10, 16]], 1));
             configs.push(LayerConfig::new(Op::Activation(a), vec![image.clone()], 2));
             let dense = Dense { units: 5, use_bias: false, activation: a };
             configs.push(LayerConfig::new(Op::Dense(dense), vec![vec![12]], 1));

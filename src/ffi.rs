@@ -58,7 +58,7 @@ impl PmStatus {
 }
 
 /// The layer types `pm_layer_type` numbers (the header's enum): the first of [`LayerType::ALL`]. Later types
-/// (channel shuffle and slice) have no `pm_layer` fields and are passed as JSON.
+/// (channel shuffle and slice, the transformer types) have no `pm_layer` fields and are passed as JSON.
 const C_LAYER_TYPES: usize = 18;
 
 /// One layer for [`pm_estimate_layers`] (`pm_layer` in the header). Integer fields are `int64_t` so a negative
@@ -359,7 +359,12 @@ unsafe fn op_from_c(layer: &PmLayer) -> Result<Op, LayerError> {
                 "an unsupported layer needs its op_type and output_shape: pass the network as JSON",
             ))
         }
-        LayerType::ChannelShuffle | LayerType::ChannelSlice => {
+        LayerType::ChannelShuffle
+        | LayerType::ChannelSlice
+        | LayerType::MatMul
+        | LayerType::LayerNorm
+        | LayerType::Softmax
+        | LayerType::Transpose => {
             unreachable!("pm_layer_type numbers only the first {C_LAYER_TYPES} layer types")
         }
     };

@@ -37,6 +37,34 @@ fn bench_json_names_every_layer() {
     }
 }
 
+/// A ViT-Ti encoder block written with the transformer layer types (the guide's example) runs with tract: every
+/// layer named, the products and the feed-forward taking time.
+#[test]
+fn a_transformer_block_runs_with_every_layer_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let block = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/vit_ti_block.json");
+    let out = perfmodel(dir.path(), &["bench", block, "--rounds", "3", "--warmup", "1", "--format", "json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bench prints JSON");
+    let layers = json["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 22, "{json}");
+    let time = |name: &str| layers.iter().find(|l| l["name"] == name).unwrap()["latency_ms"].as_f64().unwrap();
+    // Where tract fuses a bias or residual add into the product, the time lands on the add: the pair has time.
+    for (a, b) in [("q", "q"), ("scores", "scores"), ("attn", "attn"), ("fc1", "fc1"), ("fc2", "res2")] {
+        assert!(time(a) + time(b) > 0.0, "{a}: {json}");
+    }
+    // Estimating it names what no model covers instead of failing.
+    let root = env!("CARGO_MANIFEST_DIR");
+    let (models, collectors) = (format!("{root}/models"), format!("{root}/collectors"));
+    let args = ["estimate", block, "--device", "xeon480", "--format", "json"];
+    let dirs = ["--models-dir", &models, "--collectors-dir", &collectors];
+    let out = perfmodel(dir.path(), &[&args[..], &dirs[..]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("estimate prints JSON");
+    let fc1 = json["layers"].as_array().unwrap().iter().find(|l| l["name"] == "fc1").unwrap();
+    assert_eq!((&fc1["type"], &fc1["predictor"]), (&serde_json::json!("matmul"), &serde_json::json!("uncovered")));
+}
+
 #[test]
 fn bench_rejects_what_it_cannot_run() {
     let dir = tempfile::tempdir().unwrap();

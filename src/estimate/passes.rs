@@ -292,6 +292,9 @@ fn is_memory_bound(t: LayerType) -> bool {
             | LayerType::GlobalMaxPool2d
             | LayerType::ChannelShuffle
             | LayerType::ChannelSlice
+            | LayerType::Transpose
+            | LayerType::Softmax
+            | LayerType::LayerNorm
     )
 }
 

@@ -42,6 +42,17 @@ impl Op {
             }
             Op::Dense(d) => (plus_bias(channels.checked_mul(d.units as u64), d.use_bias, d.units as u64), "units"),
             Op::BatchNorm => (channels.checked_mul(4), "inputs"),
+            Op::MatMul { units: Some(units), use_bias } => {
+                let k = inputs.first().and_then(|s| s.last()).copied().unwrap_or(0) as u64;
+                (plus_bias(k.checked_mul(*units as u64), *use_bias, *units as u64), "units")
+            }
+            Op::LayerNorm { axis, .. } => {
+                let input = inputs.first().map_or(&[][..], |s| &s[..]);
+                let normalized = super::shape::resolve_axis(*axis, input.len())
+                    .ok()
+                    .and_then(|a| checked_product(input[a..].iter().map(|&d| d as u64)));
+                (normalized.and_then(|n| n.checked_mul(2)), "axis")
+            }
             _ => (Some(0), "inputs"),
         };
         count
@@ -66,7 +77,7 @@ impl LayerConfig {
         let weight_elems = self.op.params(&self.input_shapes)?;
         let kernel_field = match self.op {
             Op::MaxPool2d(_) | Op::AvgPool2d(_) => "pool_size",
-            Op::Dense(_) => "units",
+            Op::Dense(_) | Op::MatMul { .. } => "units",
             _ => "kernel",
         };
         let flops = self.flops(input_elems, output_elems).ok_or_else(|| too_large(kernel_field, "FLOP count"))?;
@@ -100,6 +111,15 @@ impl LayerConfig {
             Op::Add | Op::Multiply => output_elems * (self.input_shapes.len() as u64).saturating_sub(1),
             Op::Activation(a) => a.flops_per_element() * output_elems,
             Op::BatchNorm => 2 * output_elems,
+            Op::MatMul { units, use_bias } => {
+                // K, the axis the product sums over: the last of the (first) input.
+                let k = self.input_shapes.first().and_then(|s| s.last()).copied().unwrap_or(1) as u64;
+                let bias = if units.is_some() && *use_bias { output_elems } else { 0 };
+                checked_product([2, output_elems, k])?.checked_add(bias)?
+            }
+            // Mean, variance, normalise, scale and shift: about 8 operations an element.
+            Op::LayerNorm { .. } => 8 * output_elems,
+            Op::Softmax { .. } => Activation::Softmax.flops_per_element() * output_elems,
             Op::Flatten
             | Op::Reshape { .. }
             | Op::Concat { .. }
@@ -108,6 +128,7 @@ impl LayerConfig {
             | Op::Cropping2d { .. }
             | Op::Unsupported { .. }
             | Op::ChannelShuffle { .. }
+            | Op::Transpose { .. }
             | Op::ChannelSlice { .. } => 0,
         })
     }

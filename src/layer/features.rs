@@ -3,7 +3,7 @@
 //! so names and values cannot drift apart. The names are stable: trained models record them and refuse to load
 //! when they differ, and a collected row's key is a hash of the values.
 
-use super::shape::{image, spatial_output};
+use super::shape::{image, resolve_axis, spatial_output};
 use super::{Activation, LResult, LayerConfig, LayerCost, LayerType, Op, Padding, Shape};
 
 /// One feature: its name and how its value is read from a layer.
@@ -125,6 +125,49 @@ const POOL2D: &[&[Column]] = &[
     OUT_HW,
     COST,
 ];
+/// A matrix product: the broadcast leading axes (their product), M, K, N, whether the right operand is a
+/// constant weight, and its bias.
+const MATMUL: &[&[Column]] = &[
+    BATCH,
+    &[
+        Number("leading", |l| l.output[..l.output.len().saturating_sub(2)].iter().product::<usize>() as f64),
+        Number("rows", |l| if l.output.len() >= 2 { l.output(l.output.len() - 2) } else { 1.0 }),
+        Number("depth", |l| l.inputs.first().and_then(|s| s.last()).copied().unwrap_or(1) as f64),
+        Number("cols", |l| l.output.last().copied().unwrap_or(1) as f64),
+        Number("constant_weight", |l| (l.width > 0) as u8 as f64),
+    ],
+    USE_BIAS,
+    COST,
+];
+/// A reduction along `axis` (softmax) or over the axes from it (layer norm): how many independent rows, their
+/// length, and the stride between a row's elements.
+const ROWS: &[Column] = &[
+    Number("rows", |l| l.output[..l.axis].iter().product::<usize>() as f64),
+    Number(
+        "row_size",
+        |l| if l.reduces_to_end { l.output[l.axis..].iter().product::<usize>() } else { l.output[l.axis] } as f64,
+    ),
+    Number(
+        "row_stride",
+        |l| if l.reduces_to_end { 1.0 } else { l.output[l.axis + 1..].iter().product::<usize>() as f64 },
+    ),
+];
+const LAYER_NORM: &[&[Column]] = &[BATCH, ROWS, COST];
+const SOFTMAX: &[&[Column]] = &[BATCH, ROWS, COST];
+/// A transpose: the input's rank and first four dimensions, and the run of elements that stays contiguous
+/// (the trailing axes the permutation leaves in place; 1 when the last axis moves).
+const TRANSPOSE: &[&[Column]] = &[
+    BATCH,
+    &[
+        Number("rank", |l| l.inputs.first().map_or(0, Vec::len) as f64),
+        Number("in_dim0", |l| l.input(0)),
+        Number("in_dim1", |l| l.input(1)),
+        Number("in_dim2", |l| l.input(2)),
+        Number("in_dim3", |l| l.input(3)),
+        Number("contiguous", |l| l.contiguous as f64),
+    ],
+    COST,
+];
 const ACTIVATION: &[&[Column]] = &[BATCH, SHAPES, ACTIVATIONS, COST];
 const OTHER: &[&[Column]] = &[BATCH, SHAPES, COST];
 
@@ -150,6 +193,10 @@ fn columns(ty: LayerType) -> &'static [&'static [Column]] {
         | LayerType::Unsupported
         | LayerType::ChannelShuffle
         | LayerType::ChannelSlice => OTHER,
+        LayerType::MatMul => MATMUL,
+        LayerType::LayerNorm => LAYER_NORM,
+        LayerType::Softmax => SOFTMAX,
+        LayerType::Transpose => TRANSPOSE,
     }
 }
 
@@ -167,6 +214,12 @@ struct Layer<'a> {
     use_bias: bool,
     /// The fused activation or the activation layer's function, linear for other types.
     activation: Activation,
+    /// The axis a softmax or layer norm reduces along (0 for other types), and whether the reduction runs over
+    /// every axis from it to the last (layer norm) instead of that axis alone.
+    axis: usize,
+    reduces_to_end: bool,
+    /// A transpose's contiguous run: the product of the trailing input axes it leaves in place (1 otherwise).
+    contiguous: usize,
 }
 
 #[derive(Default)]
@@ -210,10 +263,36 @@ impl<'a> Layer<'a> {
                 let window = Window::new(inputs, "pool", (p.pool_size, p.strides, [1, 1]), &p.padding, "pool_size")?;
                 (window, 0, 1, false)
             }
+            Op::MatMul { units, use_bias } => (Window::default(), units.unwrap_or(0), 1, *use_bias),
             _ => (Window::default(), 0, 1, false),
         };
         let activation = config.op.activation().unwrap_or(Activation::Linear);
-        Ok(Layer { batch: config.batch, inputs, output, cost, window, width, groups, use_bias, activation })
+        let (axis, reduces_to_end) = match &config.op {
+            Op::Softmax { axis } => (resolve_axis(*axis, output.len())?, false),
+            Op::LayerNorm { axis, .. } => (resolve_axis(*axis, output.len())?, true),
+            _ => (0, false),
+        };
+        let contiguous = match (&config.op, inputs.first()) {
+            (Op::Transpose { perm }, Some(input)) => {
+                let kept = perm.iter().enumerate().rev().take_while(|&(i, &p)| i == p).count();
+                input[input.len() - kept..].iter().product()
+            }
+            _ => 1,
+        };
+        Ok(Layer {
+            batch: config.batch,
+            inputs,
+            output,
+            cost,
+            window,
+            width,
+            groups,
+            use_bias,
+            activation,
+            axis,
+            reduces_to_end,
+            contiguous,
+        })
     }
 
     /// Dimension `i` of the first input (1 beyond its rank).
@@ -289,6 +368,11 @@ mod tests {
             LayerConfig::new(Op::MaxPool2d(Pool2d::new([2, 2])), vec![vec![4, 9, 9]], 1),
             LayerConfig::new(Op::Add, vec![vec![4, 9, 9], vec![4, 9, 9]], 1),
             LayerConfig::new(Op::Activation(Activation::Softmax), vec![vec![10]], 1),
+            LayerConfig::new(Op::MatMul { units: Some(8), use_bias: true }, vec![vec![5, 4]], 2),
+            LayerConfig::new(Op::MatMul { units: None, use_bias: false }, vec![vec![3, 5, 4], vec![3, 4, 5]], 1),
+            LayerConfig::new(Op::LayerNorm { axis: -1, epsilon: 1e-5 }, vec![vec![5, 4]], 1),
+            LayerConfig::new(Op::Softmax { axis: -1 }, vec![vec![3, 5, 5]], 1),
+            LayerConfig::new(Op::Transpose { perm: vec![1, 0, 2] }, vec![vec![5, 3, 4]], 1),
         ];
         for c in configs {
             assert_eq!(c.features().unwrap().len(), c.layer_type().feature_names().len(), "{:?}", c.op);
@@ -349,5 +433,42 @@ mod tests {
         let cost = config.cost().unwrap();
         assert_eq!(value("flops"), cost.flops as f64);
         assert_eq!(value("weight_elems"), cost.weight_elems as f64);
+    }
+
+    #[test]
+    fn transformer_features_are_read_from_the_config() {
+        let values = |config: &LayerConfig| -> Vec<(String, f64)> {
+            config.layer_type().feature_names().into_iter().zip(config.features().unwrap()).collect()
+        };
+        let get = |v: &[(String, f64)], name: &str| v.iter().find(|(n, _)| n == name).unwrap().1;
+        // Attention weights times values: 3 heads of [197, 197] by [197, 64].
+        let product =
+            LayerConfig::new(Op::MatMul { units: None, use_bias: false }, vec![vec![3, 197, 197], vec![3, 197, 64]], 1);
+        let v = values(&product);
+        let read: Vec<f64> = ["leading", "rows", "depth", "cols", "constant_weight", "use_bias", "weight_elems"]
+            .iter()
+            .map(|n| get(&v, n))
+            .collect();
+        assert_eq!(read, [3.0, 197.0, 197.0, 64.0, 0.0, 0.0, 0.0]);
+        assert_eq!(get(&v, "flops"), 2.0 * 3.0 * 197.0 * 197.0 * 64.0);
+        let linear = LayerConfig::new(Op::MatMul { units: Some(768), use_bias: true }, vec![vec![197, 192]], 1);
+        let v = values(&linear);
+        assert_eq!(
+            (get(&v, "leading"), get(&v, "rows"), get(&v, "depth"), get(&v, "cols")),
+            (1.0, 197.0, 192.0, 768.0)
+        );
+        assert_eq!((get(&v, "constant_weight"), get(&v, "weight_elems")), (1.0, 192.0 * 768.0 + 768.0));
+        // Softmax over the middle axis of [3, 5, 7]: 3 rows of 5 elements, 7 apart.
+        let v = values(&LayerConfig::new(Op::Softmax { axis: 1 }, vec![vec![3, 5, 7]], 1));
+        assert_eq!((get(&v, "rows"), get(&v, "row_size"), get(&v, "row_stride")), (3.0, 5.0, 7.0));
+        // Layer norm from axis 1 of [3, 5, 7]: 3 rows of 35 contiguous elements, a scale and a bias of 35.
+        let v = values(&LayerConfig::new(Op::LayerNorm { axis: 1, epsilon: 1e-5 }, vec![vec![3, 5, 7]], 1));
+        assert_eq!((get(&v, "rows"), get(&v, "row_size"), get(&v, "row_stride")), (3.0, 35.0, 1.0));
+        assert_eq!(get(&v, "weight_elems"), 70.0);
+        // Heads to the front of [197, 3, 64]: rows of 64 stay contiguous; moving the last axis leaves runs of 1.
+        let v = values(&LayerConfig::new(Op::Transpose { perm: vec![1, 0, 2] }, vec![vec![197, 3, 64]], 1));
+        assert_eq!((get(&v, "rank"), get(&v, "contiguous")), (3.0, 64.0));
+        let v = values(&LayerConfig::new(Op::Transpose { perm: vec![1, 2, 0] }, vec![vec![197, 3, 64]], 1));
+        assert_eq!(get(&v, "contiguous"), 1.0);
     }
 }

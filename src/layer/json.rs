@@ -57,6 +57,18 @@ impl Op {
             LayerType::ChannelSlice => read(obj, ty, |s: ChannelSliceSpec| {
                 Ok(Op::ChannelSlice { start: s.start.or("start", 0)?, end: s.end.required("end")? })
             }),
+            LayerType::MatMul => read(obj, ty, |s: MatMulSpec| {
+                let units = s.units.read("units")?;
+                // As nn.Linear: a constant weight comes with a bias unless told otherwise; two inputs have none.
+                Ok(Op::MatMul { units, use_bias: s.use_bias.or("use_bias", units.is_some())? })
+            }),
+            LayerType::LayerNorm => read(obj, ty, |s: LayerNormSpec| {
+                Ok(Op::LayerNorm { axis: s.axis.or("axis", -1)?, epsilon: s.epsilon.or("epsilon", 1e-5)? })
+            }),
+            LayerType::Softmax => read(obj, ty, |s: SoftmaxSpec| Ok(Op::Softmax { axis: s.axis.or("axis", -1)? })),
+            LayerType::Transpose => {
+                read(obj, ty, |s: TransposeSpec| Ok(Op::Transpose { perm: s.perm.required("perm")? }))
+            }
         }
     }
 
@@ -75,6 +87,12 @@ impl Op {
             Op::Dropout { rate } => write(DropoutSpec { rate: given(*rate) }),
             Op::ChannelShuffle { groups } => write(ChannelShuffleSpec { groups: given(*groups) }),
             Op::ChannelSlice { start, end } => write(ChannelSliceSpec { start: given(*start), end: given(*end) }),
+            Op::MatMul { units, use_bias } => {
+                write(MatMulSpec { units: units.map_or(Field::Missing, |u| given(u)), use_bias: given(*use_bias) })
+            }
+            Op::LayerNorm { axis, epsilon } => write(LayerNormSpec { axis: given(*axis), epsilon: given(*epsilon) }),
+            Op::Softmax { axis } => write(SoftmaxSpec { axis: given(*axis) }),
+            Op::Transpose { perm } => write(TransposeSpec { perm: given(perm.clone()) }),
             Op::Unsupported { op_type, output_shape } => {
                 write(UnsupportedSpec { op_type: given(op_type.clone()), output_shape: given(output_shape.clone()) })
             }
@@ -673,6 +691,32 @@ struct ChannelSliceSpec {
 
 #[derive(Serialize, Deserialize, Default)]
 #[serde(default)]
+struct MatMulSpec {
+    units: Field<usize>,
+    use_bias: Field<bool>,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+#[serde(default)]
+struct LayerNormSpec {
+    axis: Field<i64>,
+    epsilon: Field<f64>,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+#[serde(default)]
+struct SoftmaxSpec {
+    axis: Field<i64>,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+#[serde(default)]
+struct TransposeSpec {
+    perm: Field<Vec<usize>>,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+#[serde(default)]
 struct UnsupportedSpec {
     op_type: Field<String>,
     output_shape: Field<Vec<usize>>,
@@ -731,6 +775,10 @@ mod tests {
             Op::Unsupported { op_type: "Einsum".into(), output_shape: vec![2, 3] },
             Op::ChannelShuffle { groups: 2 },
             Op::ChannelSlice { start: 4, end: 8 },
+            Op::MatMul { units: Some(64), use_bias: true },
+            Op::LayerNorm { axis: -1, epsilon: 1e-6 },
+            Op::Softmax { axis: 1 },
+            Op::Transpose { perm: vec![1, 0, 2] },
         ];
         assert_eq!(ops.len(), LayerType::ALL.len());
         for op in ops {

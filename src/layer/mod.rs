@@ -17,7 +17,7 @@ mod features;
 mod json;
 mod shape;
 
-pub use shape::tensor_elements;
+pub use shape::{resolve_axis, tensor_elements};
 
 use std::fmt;
 
@@ -267,6 +267,30 @@ pub enum Op {
         start: usize,
         end: usize,
     },
+    /// A matrix product over the last two axes (ONNX `MatMul`, PyTorch's `@`, and `nn.Linear` applied to a
+    /// sequence). With `units`: one input `[..., K]` times a constant `K × units` weight, plus a bias of `units`
+    /// when `use_bias` (a dense layer applied to every row). Without: two inputs `[..., M, K]` and `[..., K, N]`
+    /// whose leading axes broadcast, giving `[..., M, N]` (attention's queries times keys, and its weights times
+    /// values).
+    MatMul {
+        units: Option<usize>,
+        use_bias: bool,
+    },
+    /// Normalisation over the axes from `axis` to the last (a transformer's `LayerNorm`: the feature axis, -1),
+    /// with a learned scale and bias of that size.
+    LayerNorm {
+        axis: i64,
+        epsilon: f64,
+    },
+    /// Softmax over one axis (attention weights: the last, -1). The `activation` layer's softmax is this over the
+    /// last axis of a classifier's output.
+    Softmax {
+        axis: i64,
+    },
+    /// The input's axes (batch excluded) in the order `perm`: output axis `i` is input axis `perm[i]`.
+    Transpose {
+        perm: Vec<usize>,
+    },
 }
 
 /// The kind of an [`Op`], without hyperparameters: the key of data files and trained models.
@@ -292,10 +316,14 @@ pub enum LayerType {
     Unsupported,
     ChannelShuffle,
     ChannelSlice,
+    MatMul,
+    LayerNorm,
+    Softmax,
+    Transpose,
 }
 
 impl LayerType {
-    pub const ALL: [LayerType; 20] = [
+    pub const ALL: [LayerType; 24] = [
         LayerType::Conv2d,
         LayerType::DepthwiseConv2d,
         LayerType::Dense,
@@ -317,6 +345,10 @@ impl LayerType {
         // After `Unsupported`: the C ABI numbers layer types by their place here.
         LayerType::ChannelShuffle,
         LayerType::ChannelSlice,
+        LayerType::MatMul,
+        LayerType::LayerNorm,
+        LayerType::Softmax,
+        LayerType::Transpose,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -341,6 +373,10 @@ impl LayerType {
             LayerType::Unsupported => "unsupported",
             LayerType::ChannelShuffle => "channel_shuffle",
             LayerType::ChannelSlice => "channel_slice",
+            LayerType::MatMul => "matmul",
+            LayerType::LayerNorm => "layer_norm",
+            LayerType::Softmax => "softmax",
+            LayerType::Transpose => "transpose",
         }
     }
 
@@ -393,13 +429,20 @@ impl Op {
             Op::Unsupported { .. } => LayerType::Unsupported,
             Op::ChannelShuffle { .. } => LayerType::ChannelShuffle,
             Op::ChannelSlice { .. } => LayerType::ChannelSlice,
+            Op::MatMul { .. } => LayerType::MatMul,
+            Op::LayerNorm { .. } => LayerType::LayerNorm,
+            Op::Softmax { .. } => LayerType::Softmax,
+            Op::Transpose { .. } => LayerType::Transpose,
         }
     }
 
     /// Whether this op takes several inputs (all others take exactly one). An unsupported ONNX op keeps all the
     /// inputs it had.
     pub fn is_multi_input(&self) -> bool {
-        matches!(self, Op::Add | Op::Multiply | Op::Concat { .. } | Op::Unsupported { .. })
+        matches!(
+            self,
+            Op::Add | Op::Multiply | Op::Concat { .. } | Op::Unsupported { .. } | Op::MatMul { units: None, .. }
+        )
     }
 
     /// The activation fused into this op, if any (conv, depthwise, dense) or the op's function (activation).

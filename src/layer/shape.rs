@@ -86,6 +86,16 @@ pub(super) fn spatial_output(
     }
 }
 
+/// Axis `axis` of a batch-less shape of rank `rank` (negative counts from the end), or the field's error.
+pub fn resolve_axis(axis: i64, rank: usize) -> LResult<usize> {
+    let resolved = if axis < 0 { axis + rank as i64 } else { axis };
+    if (0..rank as i64).contains(&resolved) {
+        Ok(resolved as usize)
+    } else {
+        Err(LayerError::at("axis", format!("axis {axis} is out of range for an input of rank {rank}")))
+    }
+}
+
 /// NumPy-style broadcasting of batch-less shapes (for `add` and `multiply`).
 fn broadcast(inputs: &[Shape]) -> LResult<Shape> {
     if inputs.len() < 2 {
@@ -197,6 +207,36 @@ impl Op {
                 at_most_max("end", &[*end])?;
                 if start >= end {
                     return Err(LayerError::at("end", format!("must be above start ({start}), got {end}")));
+                }
+            }
+            Op::MatMul { units, use_bias } => {
+                if let Some(units) = units {
+                    positive("units", &[*units])?;
+                } else if *use_bias {
+                    return Err(LayerError::at(
+                        "use_bias",
+                        "a bias needs a constant weight: give `units`, or set use_bias to false for a product of two inputs",
+                    ));
+                }
+            }
+            Op::LayerNorm { epsilon, .. } => {
+                if !(epsilon.is_finite() && *epsilon > 0.0) {
+                    return Err(LayerError::at("epsilon", format!("must be a positive number, got {epsilon}")));
+                }
+            }
+            Op::Softmax { .. } => {}
+            Op::Transpose { perm } => {
+                let mut seen = vec![false; perm.len()];
+                for &p in perm {
+                    match seen.get_mut(p) {
+                        Some(s) if !*s => *s = true,
+                        _ => {
+                            return Err(LayerError::at(
+                                "perm",
+                                format!("{perm:?} is not a permutation of 0..{} (the input's axes)", perm.len()),
+                            ))
+                        }
+                    }
                 }
             }
             Op::Dropout { rate } => {
@@ -379,6 +419,60 @@ impl Op {
                 }
                 inputs[0].clone()
             }
+            Op::MatMul { units: Some(units), .. } => {
+                let mut out = inputs[0].clone();
+                *out.last_mut().ok_or_else(|| LayerError::at("inputs", "matmul needs an input of rank 1 or more"))? =
+                    *units;
+                out
+            }
+            Op::MatMul { units: None, .. } => {
+                let [a, b] = inputs else {
+                    return Err(LayerError::at(
+                        "inputs",
+                        format!("a matmul without units multiplies exactly 2 inputs, got {}", inputs.len()),
+                    ));
+                };
+                if a.len() < 2 || b.len() < 2 {
+                    return Err(LayerError::at(
+                        "inputs",
+                        format!("a matmul of two inputs needs [..., M, K] and [..., K, N], got {a:?} and {b:?}"),
+                    ));
+                }
+                let (m, k) = (a[a.len() - 2], a[a.len() - 1]);
+                let (k2, n) = (b[b.len() - 2], b[b.len() - 1]);
+                if k != k2 {
+                    return Err(LayerError::at(
+                        "inputs",
+                        format!("inner sizes differ: {a:?} times {b:?} ({k} against {k2})"),
+                    ));
+                }
+                let mut out = broadcast(&[a[..a.len() - 2].to_vec(), b[..b.len() - 2].to_vec()])
+                    .map_err(|e| LayerError::at("inputs", format!("leading axes of {a:?} and {b:?}: {}", e.message)))?;
+                out.extend([m, n]);
+                out
+            }
+            Op::LayerNorm { axis, .. } => {
+                resolve_axis(*axis, inputs[0].len())?;
+                inputs[0].clone()
+            }
+            Op::Softmax { axis } => {
+                resolve_axis(*axis, inputs[0].len())?;
+                inputs[0].clone()
+            }
+            Op::Transpose { perm } => {
+                if perm.len() != inputs[0].len() {
+                    return Err(LayerError::at(
+                        "perm",
+                        format!(
+                            "{perm:?} orders {} axes, the input {:?} has {}",
+                            perm.len(),
+                            inputs[0],
+                            inputs[0].len()
+                        ),
+                    ));
+                }
+                perm.iter().map(|&p| inputs[0][p]).collect()
+            }
             Op::ChannelSlice { start, end } => {
                 let channels = image(inputs, "channel_slice")?[0];
                 if *end > channels {
@@ -424,5 +518,44 @@ mod tests {
     fn broadcasting_multiply_for_squeeze_excite() {
         assert_eq!(Op::Multiply.output_shape(&[vec![32, 7, 7], vec![32, 1, 1]]).unwrap(), vec![32, 7, 7]);
         assert!(Op::Add.output_shape(&[vec![32, 7, 7], vec![16, 7, 7]]).is_err());
+    }
+
+    #[test]
+    fn transformer_layers_have_the_shapes_pytorch_gives_them() {
+        let linear = Op::MatMul { units: Some(768), use_bias: true };
+        assert_eq!(linear.output_shape(&[vec![197, 192]]).unwrap(), vec![197, 768]);
+        assert_eq!(linear.output_shape(&[vec![192]]).unwrap(), vec![768]);
+        let product = Op::MatMul { units: None, use_bias: false };
+        // Queries [heads, tokens, head size] times keys transposed; leading axes broadcast.
+        assert_eq!(product.output_shape(&[vec![3, 197, 64], vec![3, 64, 197]]).unwrap(), vec![3, 197, 197]);
+        assert_eq!(product.output_shape(&[vec![2, 3, 5, 4], vec![3, 4, 6]]).unwrap(), vec![2, 3, 5, 6]);
+        assert_eq!(product.output_shape(&[vec![5, 4], vec![4, 6]]).unwrap(), vec![5, 6]);
+        let norm = Op::LayerNorm { axis: -1, epsilon: 1e-5 };
+        assert_eq!(norm.output_shape(&[vec![197, 192]]).unwrap(), vec![197, 192]);
+        assert_eq!(Op::Softmax { axis: 1 }.output_shape(&[vec![3, 7, 7]]).unwrap(), vec![3, 7, 7]);
+        let transpose = Op::Transpose { perm: vec![1, 2, 0] };
+        assert_eq!(transpose.output_shape(&[vec![197, 3, 64]]).unwrap(), vec![3, 64, 197]);
+    }
+
+    #[test]
+    fn impossible_transformer_layers_name_their_field() {
+        let product = Op::MatMul { units: None, use_bias: false };
+        let field = |op: &Op, inputs: &[Shape]| op.output_shape(inputs).unwrap_err().field;
+        assert_eq!(field(&product, &[vec![3, 5, 4], vec![3, 5, 6]]), Some("inputs".into()), "inner sizes differ");
+        assert_eq!(field(&product, &[vec![2, 5, 4], vec![3, 4, 6]]), Some("inputs".into()), "leading axes");
+        assert_eq!(field(&product, &[vec![5, 4]]), Some("inputs".into()), "one input");
+        assert_eq!(field(&product, &[vec![4], vec![4, 6]]), Some("inputs".into()), "a vector");
+        let biased = Op::MatMul { units: None, use_bias: true };
+        assert_eq!(field(&biased, &[vec![5, 4], vec![4, 6]]), Some("use_bias".into()));
+        let no_units = Op::MatMul { units: Some(0), use_bias: false };
+        assert_eq!(field(&no_units, &[vec![5, 4]]), Some("units".into()));
+        let norm = Op::LayerNorm { axis: 2, epsilon: 1e-5 };
+        assert_eq!(field(&norm, &[vec![5, 4]]), Some("axis".into()));
+        let norm = Op::LayerNorm { axis: -1, epsilon: 0.0 };
+        assert_eq!(field(&norm, &[vec![5, 4]]), Some("epsilon".into()));
+        assert_eq!(field(&Op::Softmax { axis: -3 }, &[vec![5, 4]]), Some("axis".into()));
+        assert_eq!(field(&Op::Transpose { perm: vec![0, 0] }, &[vec![5, 4]]), Some("perm".into()));
+        assert_eq!(field(&Op::Transpose { perm: vec![1, 0] }, &[vec![5, 4, 3]]), Some("perm".into()));
+        assert_eq!(field(&Op::Transpose { perm: vec![2, 0] }, &[vec![5, 4]]), Some("perm".into()));
     }
 }

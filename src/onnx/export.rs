@@ -163,6 +163,8 @@ struct GraphBuilder {
     owners: HashMap<String, String>,
     /// The layer whose nodes are being emitted (owner of every node added).
     current: String,
+    /// The opset the model declares: [`OPSET`], or higher when an op needs it (`LayerNormalization`: 17).
+    opset: i64,
 }
 
 impl GraphBuilder {
@@ -176,6 +178,7 @@ impl GraphBuilder {
             outputs: Vec::new(),
             owners: HashMap::new(),
             current: String::new(),
+            opset: OPSET,
         }
     }
 
@@ -190,7 +193,7 @@ impl GraphBuilder {
         };
         let model = ModelProto {
             ir_version: IR_VERSION,
-            opset_import: vec![OperatorSetIdProto { domain: String::new(), version: OPSET }],
+            opset_import: vec![OperatorSetIdProto { domain: String::new(), version: self.opset }],
             producer_name: "perfmodel".into(),
             producer_version: crate::VERSION.into(),
             graph: Some(graph),
@@ -378,6 +381,44 @@ impl GraphBuilder {
                 self.node(swapped.clone(), "Transpose", &[&split], &swapped, vec![attr_ints("perm", &perm)]);
                 let back = self.const_i64(format!("{name}/shape"), input);
                 self.node(name.to_string(), "Reshape", &[&swapped, &back], name, vec![]);
+            }
+            Op::MatMul { units: Some(units), use_bias } => {
+                // As PyTorch writes nn.Linear on a sequence: MatMul by the transposed weight, then Add the bias.
+                let k = shapes[0].last().copied().unwrap_or(1);
+                let w = self.random(format!("{name}/weight"), vec![k as i64, *units as i64], k);
+                if *use_bias {
+                    let product = format!("{name}/matmul");
+                    self.node(product.clone(), "MatMul", &[x, &w], &product, vec![]);
+                    let bias = self.random(format!("{name}/bias"), vec![*units as i64], k);
+                    self.node(name.to_string(), "Add", &[&product, &bias], name, vec![]);
+                } else {
+                    self.node(name.to_string(), "MatMul", &[x, &w], name, vec![]);
+                }
+            }
+            Op::MatMul { units: None, .. } => {
+                self.node(name.to_string(), "MatMul", &[x, inputs[1].as_str()], name, vec![]);
+            }
+            Op::LayerNorm { axis, epsilon } => {
+                let rank = shapes[0].len();
+                let axis = crate::layer::resolve_axis(*axis, rank).map_err(|e| e.message)?;
+                let normalized: Vec<i64> = shapes[0][axis..].iter().map(|&d| d as i64).collect();
+                let size = normalized.iter().product::<i64>() as usize;
+                let mut values =
+                    |low: f32, high: f32| -> Vec<f32> { (0..size).map(|_| self.rng.random_range(low..high)).collect() };
+                let (scale_v, bias_v) = (values(0.5, 1.5), values(-0.5, 0.5));
+                let scale = self.const_f32(format!("{name}/scale"), normalized.clone(), scale_v);
+                let bias = self.const_f32(format!("{name}/bias"), normalized, bias_v);
+                self.opset = self.opset.max(17);
+                let attrs = vec![attr_int("axis", axis as i64 + 1), attr_float("epsilon", *epsilon as f32)];
+                self.node(name.to_string(), "LayerNormalization", &[x, &scale, &bias], name, attrs);
+            }
+            Op::Softmax { axis } => {
+                let axis = crate::layer::resolve_axis(*axis, shapes[0].len()).map_err(|e| e.message)?;
+                self.node(name.to_string(), "Softmax", &[x], name, vec![attr_int("axis", axis as i64 + 1)]);
+            }
+            Op::Transpose { perm } => {
+                let perm: Vec<i64> = [0].into_iter().chain(perm.iter().map(|&p| p as i64 + 1)).collect();
+                self.node(name.to_string(), "Transpose", &[x], name, vec![attr_ints("perm", &perm)]);
             }
             Op::ChannelSlice { start, end } => {
                 let starts = self.const_i64(format!("{name}/starts"), vec![*start as i64]);
