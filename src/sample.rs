@@ -74,6 +74,9 @@ pub struct AugmentBudget {
     /// at most 640 pixels): detection and segmentation networks run at 300-800 pixels, the zoo at 224-331. An
     /// equal share per layer type.
     pub resolution: usize,
+    /// Encoder blocks of random sequence length, heads and head size whose layers join the sample (only when
+    /// the zoo has transformers).
+    pub transformer: usize,
 }
 
 impl Default for AugmentBudget {
@@ -90,6 +93,7 @@ impl Default for AugmentBudget {
             first_layer: 100,
             heavy: 60,
             resolution: 240,
+            transformer: 60,
         }
     }
 }
@@ -591,6 +595,86 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
             }
         }
     }
+
+    // Encoder blocks of other shapes, last so that every earlier config stays as it was, and only when the zoo
+    // has transformers: sequence lengths, head counts and head sizes around the zoo's (ViT's 197 tokens, BERT's
+    // 64-512; 3-16 heads of 32-128 features), normalising before or after, each block's layers added.
+    if !pool.found_of(LayerType::MatMul).is_empty() {
+        for _ in 0..budget.transformer {
+            let tokens = log_uniform(rng, (8.0, 1024.0)).round() as usize;
+            let heads = [1, 2, 3, 4, 6, 8, 12, 16][rng.random_range(0..8)];
+            let head_size = [16, 32, 48, 64, 80, 96, 128][rng.random_range(0..7)];
+            let pre_norm = rng.random_bool(0.5);
+            let block = crate::zoo::encoder_block(tokens, heads * head_size, heads, pre_norm);
+            let Ok(analysis) = block.analyze() else { continue };
+            for i in 0..block.layers.len() {
+                pool.augmented(analysis.config(i).clone(), "transformer");
+            }
+        }
+    }
+
+    // Symmetric-padding variants, the way PyTorch writes a convolution (`padding=k//2` on every side), of the
+    // found spatial convolutions and depthwise convolutions (and the depthwise variants above) whose resolved
+    // padding is not already symmetric: the zoo pads Keras's way, 'same' putting the odd pixel after a strided
+    // window and 'valid' after an explicit zero-padding layer, so a stride-2 window padded one pixel on top and
+    // left was never measured, and one device's depthwise model put PyTorch's 96-channel one on 112x112 at 3.4x
+    // its time. Each on the base's input, then on the input PyTorch gives it (stride x the base's output: 112
+    // where Keras pads 112 to 113 for a 'valid' window), where tract's work and memory differ again (a model
+    // that had only the first kind put MobileNet v2's stride-2 depthwise layers at twice their memory). Drawn
+    // after everything else (and without the random generator), so every earlier config stays.
+    for at_pytorch_input in [false, true] {
+        for t in [LayerType::Conv2d, LayerType::DepthwiseConv2d] {
+            let bases: Vec<LayerConfig> = pool.by_type.get(&t).map_or_else(Vec::new, |list| {
+                list.iter()
+                    .filter(|c| c.count > 0 || c.source == "augment:depthwise")
+                    .map(|c| c.config.clone())
+                    .collect()
+            });
+            for base in bases {
+                if let Some(config) = symmetric_padding_variant(&base, at_pytorch_input) {
+                    pool.augmented(config, "symmetric_padding");
+                }
+            }
+        }
+    }
+}
+
+/// `config`, a convolution or depthwise convolution with a spatial window, padded `(window - 1) / 2` on every
+/// side instead (PyTorch's `padding=k//2`), on its own input or, with `at_pytorch_input`, on the input PyTorch
+/// gives such a layer (stride x the config's output, height and width), when that pads otherwise than `config`
+/// and still gives an output.
+fn symmetric_padding_variant(config: &LayerConfig, at_pytorch_input: bool) -> Option<LayerConfig> {
+    let (kernel, strides, dilation) = match &config.op {
+        Op::Conv2d(c) => (c.kernel, c.strides, c.dilation),
+        Op::DepthwiseConv2d(c) => (c.kernel, c.strides, c.dilation),
+        _ => return None,
+    };
+    if kernel[0] * kernel[1] <= 1 {
+        return None;
+    }
+    let [ph, pw] = [0, 1].map(|i| (dilation[i] * (kernel[i] - 1)) / 2);
+    let symmetric = Padding::Explicit([ph, ph, pw, pw]);
+    let mut op = config.op.clone();
+    match &mut op {
+        Op::Conv2d(c) => c.padding = symmetric,
+        Op::DepthwiseConv2d(c) => c.padding = symmetric,
+        _ => return None,
+    }
+    let mut inputs = config.input_shapes.clone();
+    if at_pytorch_input {
+        let out = config.output_shape().ok()?;
+        let (input, [oh, ow]) = (inputs.first_mut()?, [*out.get(1)?, *out.get(2)?]);
+        let pytorch = [strides[0] * oh, strides[1] * ow];
+        if input.len() != 3 || input[1..] == pytorch {
+            return None;
+        }
+        input[1] = pytorch[0];
+        input[2] = pytorch[1];
+    }
+    let variant = LayerConfig::new(op, inputs, 1);
+    let resolved = |c: &LayerConfig| c.features().ok();
+    (variant.cost().is_ok() && resolved(&variant).is_some() && resolved(&variant) != resolved(config))
+        .then_some(variant)
 }
 
 /// Whether a pooling config pads its input at all.
@@ -825,6 +909,63 @@ mod tests {
             });
             let base = base.unwrap_or_else(|| panic!("no base pooling: {c:?}"));
             assert_ne!(pads(&base.config), pads(&c.config), "{c:?} pads as {base:?}");
+        }
+    }
+
+    #[test]
+    fn symmetric_padding_variants_pad_strided_windows_the_pytorch_way() {
+        let nets: Vec<Network> = crate::zoo::architectures()
+            .into_iter()
+            .filter(|e| ["mobilenetv2", "resnet50"].contains(&e.name))
+            .map(|e| (e.build)())
+            .collect();
+        assert_eq!(nets.len(), 2);
+        let opts =
+            SampleOptions { seed: 7, batch_sizes: vec![1, 2], layer_types: None, budget: AugmentBudget::default() };
+        let (a, _) = sample(&nets, &opts).unwrap();
+        // Symmetric-padding variants: a found (or depthwise-variant) spatial window on the same input, padded
+        // (window - 1) / 2 on every side, where the base resolves to another padding; stride-2 ones among them.
+        let symmetric: Vec<&SampledConfig> =
+            a.configs.iter().filter(|c| c.source == "augment:symmetric_padding").collect();
+        assert!(symmetric.iter().any(|c| matches!(&c.config.op, Op::DepthwiseConv2d(d) if d.strides == [2, 2])));
+        assert!(symmetric.iter().any(|c| matches!(&c.config.op, Op::Conv2d(d) if d.strides == [2, 2])));
+        // MobileNet v2's stride-2 depthwise convolution as PyTorch writes it: 112x112, padded 1 on every side.
+        assert!(symmetric.iter().any(|c| matches!(&c.config.op, Op::DepthwiseConv2d(d) if d.strides == [2, 2])
+            && c.config.input_shapes[0][1..] == [112, 112]));
+        let unpadded = |op: &Op| {
+            let mut op = op.clone();
+            match &mut op {
+                Op::Conv2d(c) => c.padding = Padding::Valid,
+                Op::DepthwiseConv2d(c) => c.padding = Padding::Valid,
+                _ => panic!("not a convolution: {op:?}"),
+            }
+            op
+        };
+        for c in &symmetric {
+            let (kernel, dilation, padding) = match &c.config.op {
+                Op::Conv2d(d) => (d.kernel, d.dilation, d.padding),
+                Op::DepthwiseConv2d(d) => (d.kernel, d.dilation, d.padding),
+                op => panic!("not a convolution: {op:?}"),
+            };
+            let [ph, pw] = [0, 1].map(|i| dilation[i] * (kernel[i] - 1) / 2);
+            assert_eq!(padding, Padding::Explicit([ph, ph, pw, pw]), "{c:?}");
+            // On the base's input, or on stride x the base's output.
+            let pytorch_input = |b: &LayerConfig| {
+                let (input, out) = (&b.input_shapes[0].clone(), b.output_shape().unwrap());
+                let strides = match &b.op {
+                    Op::Conv2d(d) => d.strides,
+                    Op::DepthwiseConv2d(d) => d.strides,
+                    _ => unreachable!(),
+                };
+                vec![input[0], strides[0] * out[1], strides[1] * out[2]]
+            };
+            let base = a.configs.iter().filter(|b| b.count > 0 || b.source == "augment:depthwise").find(|b| {
+                unpadded(&b.config.op) == unpadded(&c.config.op)
+                    && (b.config.input_shapes == c.config.input_shapes
+                        || vec![pytorch_input(&b.config)] == c.config.input_shapes)
+            });
+            let base = base.unwrap_or_else(|| panic!("no base convolution: {c:?}"));
+            assert_ne!(base.config.features().unwrap(), c.config.features().unwrap(), "{c:?}");
         }
     }
 }

@@ -12,7 +12,7 @@ use common::perfmodel;
 
 /// Published total parameters, typed in here independently of the constants beside the builders
 /// (Keras Applications docs unless noted).
-const PUBLISHED: [(&str, u64); 36] = [
+const PUBLISHED: [(&str, u64); 43] = [
     ("vgg16", 138_357_544),
     ("vgg19", 143_667_240),
     ("resnet50", 25_636_712),
@@ -58,6 +58,17 @@ const PUBLISHED: [(&str, u64); 36] = [
     ("dqn_nature", 1_693_362),
     ("mlp_800", 1_276_810),
     ("mlp_1200", 2_395_210),
+    // Transformer encoders: the published totals (timm vit_tiny/vit_small_patch16_224, torchvision vit_b_16,
+    // HuggingFace bert-base-uncased) minus what lies outside the encoder: a ViT's patch embedding, class token,
+    // 197 position embeddings and 1000-class head; BERT's embeddings with their layer norm, and its pooler.
+    ("vit_ti16_encoder", 5_717_416 - (147_648 + 192 + 37_824 + 193_000)),
+    ("vit_s16_encoder", 22_050_664 - (295_296 + 384 + 75_648 + 385_000)),
+    ("vit_b16_encoder", 86_567_656 - (590_592 + 768 + 151_296 + 769_000)),
+    ("bert_base_encoder_s128", 109_482_240 - (23_837_184 + 590_592)),
+    ("bert_base_encoder_s512", 109_482_240 - (23_837_184 + 590_592)),
+    // BERT-small (4 blocks of 512 features): the architecture's count, 4 x (12 x 512^2 + 13 x 512).
+    ("bert_small_encoder_s64", 12_609_536),
+    ("bert_small_encoder_s256", 12_609_536),
     ("ciresan_mlp", 11_972_510),
 ];
 
@@ -69,7 +80,12 @@ fn ok(out: &std::process::Output) -> String {
 
 #[test]
 fn every_zoo_network_matches_its_published_parameter_count_within_one_percent() {
-    let entries: Vec<_> = zoo::architectures().into_iter().chain(zoo::holdout()).chain(zoo::calibration()).collect();
+    let entries: Vec<_> = zoo::architectures()
+        .into_iter()
+        .chain(zoo::holdout())
+        .chain(zoo::calibration())
+        .chain(zoo::transformers())
+        .collect();
     assert!(zoo::architectures().len() >= 20);
     assert!(zoo::holdout().len() >= 4);
     let mut failures = Vec::new();
@@ -109,8 +125,14 @@ fn export_writes_loadable_networks_and_holdouts_apart() {
         assert_eq!(Network::load(&path).unwrap(), (e.build)(), "{}", e.name);
         assert!(!dir.path().join("out").join(format!("{}.json", e.name)).exists());
     }
+    for e in zoo::transformers() {
+        let path = dir.path().join("out/transformers").join(format!("{}.json", e.name));
+        assert_eq!(Network::load(&path).unwrap(), (e.build)(), "{}", e.name);
+        assert!(!dir.path().join("out").join(format!("{}.json", e.name)).exists());
+    }
     let list = ok(&perfmodel(dir.path(), &["zoo", "list"]));
     assert!(list.contains("resnet50") && list.contains("25636712") && list.contains("holdout"), "{list}");
+    assert!(list.contains("vit_b16_encoder") && list.contains("transformers"), "{list}");
 }
 
 /// Export the zoo into a temp dir and sample it with `seed`; returns the dir (kept alive) and stdout.

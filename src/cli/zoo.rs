@@ -44,15 +44,19 @@ pub fn run(command: Command, dirs: &Dirs) -> anyhow::Result<()> {
             println!("wrote {} networks to {}", written.len(), output.display());
         }
         Command::List => {
-            println!("{:<20} {:>9} {:>14} {:>14}  set", "name", "layers", "params", "published");
-            for (set, entries) in
-                [("zoo", zoo::architectures()), ("holdout", zoo::holdout()), ("calibration", zoo::calibration())]
-            {
+            println!("{:<24} {:>9} {:>14} {:>14}  set", "name", "layers", "params", "published");
+            let sets = [
+                ("zoo", zoo::architectures()),
+                ("holdout", zoo::holdout()),
+                ("calibration", zoo::calibration()),
+                ("transformers", zoo::transformers()),
+            ];
+            for (set, entries) in sets {
                 for e in entries {
                     let net = (e.build)();
                     let params = net.analyze()?.total_params();
                     let published = e.published_params.map_or("-".to_string(), |p| p.to_string());
-                    println!("{:<20} {:>9} {:>14} {:>14}  {set}", e.name, net.layers.len(), params, published);
+                    println!("{:<24} {:>9} {:>14} {:>14}  {set}", e.name, net.layers.len(), params, published);
                 }
             }
         }

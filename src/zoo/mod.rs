@@ -15,12 +15,15 @@ mod mobilenet;
 mod nasnet;
 mod resnet;
 mod squeezenet;
+mod transformer;
 mod vgg;
 
 use crate::error::Result;
 use crate::fsio::write_atomic;
 use crate::network::Network;
 use std::path::{Path, PathBuf};
+
+pub use transformer::encoder_block;
 
 /// One zoo network: its file name, builder and published total parameter count (where one exists).
 #[derive(Clone, Copy)]
@@ -91,17 +94,37 @@ pub fn calibration() -> Vec<ZooEntry> {
     ]
 }
 
+/// Transformer encoders ([`transformer`]), in a directory of their own: the sampler draws their layer configs
+/// from there (`perfmodel zoo sample --zoo-dir zoo/transformers`), and `calibrate`, which reads the zoo's own
+/// directory, leaves them out until every device has models for their layer types.
+pub fn transformers() -> Vec<ZooEntry> {
+    vec![
+        entry("vit_ti16_encoder", transformer::vit_ti16, transformer::VIT_TI16_PARAMS),
+        entry("vit_s16_encoder", transformer::vit_s16, transformer::VIT_S16_PARAMS),
+        entry("vit_b16_encoder", transformer::vit_b16, transformer::VIT_B16_PARAMS),
+        entry("bert_base_encoder_s128", transformer::bert_base_s128, transformer::BERT_BASE_PARAMS),
+        entry("bert_base_encoder_s512", transformer::bert_base_s512, transformer::BERT_BASE_PARAMS),
+        entry("bert_small_encoder_s64", transformer::bert_small_s64, transformer::BERT_SMALL_PARAMS),
+        entry("bert_small_encoder_s256", transformer::bert_small_s256, transformer::BERT_SMALL_PARAMS),
+    ]
+}
+
 /// Subdirectory of the zoo that holds [`calibration_nets`] networks.
 pub const CALIBRATION_DIR: &str = "calibration";
 
-/// Write every architecture as `<dir>/<name>.json`, every holdout network as `<dir>/holdout/<name>.json` and
-/// every calibration network as `<dir>/calibration/<name>.json`. Returns the written paths.
+/// Subdirectory of the zoo that holds [`transformers`].
+pub const TRANSFORMERS_DIR: &str = "transformers";
+
+/// Write every architecture as `<dir>/<name>.json`, every holdout network as `<dir>/holdout/<name>.json`, every
+/// calibration network as `<dir>/calibration/<name>.json` and every transformer as
+/// `<dir>/transformers/<name>.json`. Returns the written paths.
 pub fn export(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     let sets = [
         (dir.to_path_buf(), architectures()),
         (dir.join("holdout"), holdout()),
         (dir.join(CALIBRATION_DIR), calibration()),
+        (dir.join(TRANSFORMERS_DIR), transformers()),
     ];
     for (sub, entries) in sets {
         for e in entries {
