@@ -1247,3 +1247,109 @@ fn on_a_machine_without_a_device_the_estimate_is_zero_shot_from_the_nearest_and_
     assert!(named["total"]["latency_ms"].as_f64().unwrap() > 0.0);
     assert_ne!(named["total"]["latency_ms"], zero_shot["total"]["latency_ms"]);
 }
+
+#[test]
+fn zero_shot_scales_each_layer_by_its_class_and_combines_sources_by_geometric_mean() {
+    use perfmodel::estimate::zero_shot::{layer_classes, ProbeClass, ZeroShot};
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    tiny_store(&a);
+    write_store(
+        &b,
+        "dev",
+        vec![
+            (LayerType::Conv2d, Metric::Latency, constant(8.0)),
+            (LayerType::MaxPool2d, Metric::Latency, constant(0.125)),
+            (LayerType::Dense, Metric::Latency, constant(1.29)),
+        ],
+    );
+    let net = Network::from_json_str(TINY, "tiny_net.json").unwrap();
+    let classes = layer_classes(&net, &net.analyze().unwrap());
+    let type_of = |t: LayerType| net.layers.iter().position(|l| l.op.layer_type() == t).unwrap();
+    let (conv, pool, dense) = (type_of(LayerType::Conv2d), type_of(LayerType::MaxPool2d), type_of(LayerType::Dense));
+    assert_eq!((classes[conv], classes[pool], classes[dense]), (ProbeClass::Conv, ProbeClass::Pool, ProbeClass::Dense));
+    let scaling = |device: &str, conv: f64, pool: f64| ZeroShot {
+        source_device: device.to_string(),
+        probes: Vec::new(),
+        factors: ProbeClass::ALL
+            .into_iter()
+            .map(|c| {
+                (
+                    c,
+                    match c {
+                        ProbeClass::Conv => conv,
+                        ProbeClass::Pool => pool,
+                        _ => 1.0,
+                    },
+                )
+            })
+            .collect(),
+        seconds: 0.0,
+    };
+    let ea = perfmodel::estimate::Estimator::open(&a, "dev").unwrap().estimate(&net).unwrap();
+    let eb = perfmodel::estimate::Estimator::open(&b, "dev").unwrap().estimate(&net).unwrap();
+    let sa = ea.clone().scaled_by(&scaling("a", 3.0, 0.5), &classes);
+    let sb = eb.clone().scaled_by(&scaling("b", 0.75, 8.0), &classes);
+    let ms = |e: &perfmodel::estimate::Estimate, i: usize| e.layers[i].latency_ms.unwrap();
+    // Scaled per class: conv 2 ms x3, pool 0.5 ms x0.5, dense as it was; power gone with the other machine.
+    assert!(close(ms(&sa, conv), 6.0) && close(ms(&sa, pool), 0.25) && close(ms(&sa, dense), ms(&ea, dense)));
+    assert!(sa.layers.iter().all(|l| l.power_w.is_none() && l.energy_mj.is_none()) && sa.total.energy_mj.is_none());
+    assert!(close(sa.total.latency_ms - ea.total.latency_ms, 4.0 - 0.25));
+    // Combined: conv sqrt(6 x 6) = 6, pool sqrt(0.25 x 1) = 0.5, and the total moves by as much.
+    let mut combined = sa.clone();
+    combined.combine_latency(std::slice::from_ref(&sb));
+    assert!(close(ms(&combined, conv), 6.0) && close(ms(&combined, pool), 0.5), "{combined:?}");
+    assert!(close(combined.total.latency_ms - sa.total.latency_ms, 0.25));
+    // Fused layers (0 ms in every source) stay 0.
+    for (i, l) in combined.layers.iter().enumerate() {
+        if sa.layers[i].latency_ms == Some(0.0) {
+            assert_eq!(l.latency_ms, Some(0.0), "{}", l.name);
+        }
+    }
+}
+
+#[test]
+fn on_a_machine_without_a_device_zero_shot_combines_every_shipped_device_of_the_engine() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("collectors")).unwrap();
+    // Two devices with models, made on two other machines of this architecture; the nearer one is chosen (by its
+    // vendor and last-level cache, else by its name).
+    let host = perfmodel::device::Fingerprint::of_host();
+    for (device, source, model_name, vendor, l3) in [
+        ("a_near", "zen5", "Fake CPU 9000", host.vendor.clone(), host.l3_bytes),
+        ("b_far", "xeon480", "Fake CPU 1", Some("NoSuchVendor".to_string()), Some(1)),
+    ] {
+        copy_tree(&root.join("models").join(source), &dir.path().join("models").join(device));
+        let manifest = dir.path().join("models").join(device).join("manifest.json");
+        let text = std::fs::read_to_string(&manifest)
+            .unwrap()
+            .replace(&format!("\"device\": \"{source}\""), &format!("\"device\": \"{device}\""));
+        std::fs::write(&manifest, text).unwrap();
+        std::fs::remove_file(dir.path().join("models").join(device).join("calibration.json")).unwrap();
+        let mut profile = perfmodel::collect::DeviceProfile::load(&root.join("collectors"), source).unwrap();
+        profile.fingerprint = Some(perfmodel::device::Fingerprint {
+            arch: std::env::consts::ARCH.into(),
+            model_name: Some(model_name.into()),
+            vendor,
+            l3_bytes: l3,
+            ..Default::default()
+        });
+        std::fs::write(dir.path().join(format!("collectors/{device}.toml")), profile.to_toml().unwrap()).unwrap();
+    }
+    std::fs::write(dir.path().join("net.json"), TINY).unwrap();
+    let args = ["estimate", "net.json", "--models-dir", "models", "--collectors-dir", "collectors", "--format", "json"];
+    let combined = json_of(&perfmodel(dir.path(), &args));
+    let notes: Vec<&str> = combined["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    let line = notes.iter().find(|n| n.starts_with("zero-shot")).unwrap_or_else(|| panic!("{notes:?}"));
+    assert!(line.contains("'a_near' and of 'b_far'") && line.contains("geometric mean"), "{line}");
+    assert!(line.contains("Fake CPU 9000") && line.contains("memory from 'a_near'"), "{line}");
+    assert_eq!(combined["zero_shot"]["source_device"], "a_near");
+    let others = combined["zero_shot_others"].as_array().unwrap();
+    assert_eq!(others.len(), 1);
+    assert_eq!(others[0]["source_device"], "b_far");
+    // Named with --zero-shot, a device is scaled alone.
+    let alone = json_of(&perfmodel(dir.path(), &[&args[..], &["--device", "a_near", "--zero-shot"]].concat()));
+    assert!(alone.get("zero_shot_others").is_none(), "{alone}");
+    assert!(alone["notes"].to_string().contains("'a_near''s latency models scaled"), "{alone}");
+}

@@ -138,7 +138,7 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
         )));
     }
     match zero_shot_of(&choice, &estimator, dirs)? {
-        Some(zero_shot) => estimate = apply_zero_shot(estimate, &zero_shot, &choice),
+        Some(zero_shot) => estimate = apply_zero_shot(estimate, &zero_shot, &choice, &net)?,
         None => estimate.notes.extend(trained_here_note(&estimator, dirs)),
     }
     if args.at_current_speed {

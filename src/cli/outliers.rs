@@ -39,7 +39,7 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
     let estimator = args.estimator.estimator(&choice, dirs)?;
     let mut estimate = estimator.estimate(&net)?;
     if let Some(zero_shot) = zero_shot_of(&choice, &estimator, dirs)? {
-        estimate = apply_zero_shot(estimate, &zero_shot, &choice);
+        estimate = apply_zero_shot(estimate, &zero_shot, &choice, &net)?;
     }
     let measured: Vec<MeasuredLayer> = match &args.measured {
         Some(path) => read_measured(path)?,

@@ -279,6 +279,16 @@ impl Estimator {
         self
     }
 
+    /// The same estimator for this machine's memory: learned memory models count the weights as tract packs them
+    /// here ([`ModelStore::packing_for_this_machine`]); for models scaled to this machine (zero-shot).
+    pub fn packing_for_this_machine(mut self) -> Estimator {
+        self.method = match self.method {
+            Method::Learned(store) => Method::Learned(store.packing_for_this_machine()),
+            other => other,
+        };
+        self
+    }
+
     /// Count what the engine keeps per layer besides weights ([`structure`]) as resident memory.
     pub fn with_engine_structure(mut self, structure: Option<structure::EngineStructure>) -> Estimator {
         self.structure = structure;
@@ -477,6 +487,7 @@ impl Estimator {
             notes,
             calibration: correction,
             zero_shot: None,
+            zero_shot_others: Vec::new(),
         })
     }
 
@@ -573,6 +584,10 @@ pub struct Estimate {
     /// ([`zero_shot`]); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub zero_shot: Option<zero_shot::ZeroShot>,
+    /// The other source devices' scalings whose estimates were combined with this one's, layer by layer, when
+    /// zero-shot on a machine no device was made on; absent otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub zero_shot_others: Vec<zero_shot::ZeroShot>,
 }
 
 impl Estimate {
@@ -601,14 +616,14 @@ impl Estimate {
         self
     }
 
-    /// The estimate brought to this machine by `zero_shot` (every layer's latency and energy scaled by its
-    /// kind's factor), with `note` added and the probes recorded.
-    /// Power and energy become null: the power models are the other machine's.
-    pub fn with_zero_shot(mut self, zero_shot: &zero_shot::ZeroShot, note: String) -> Estimate {
+    /// The estimate brought to this machine by `zero_shot`: every layer's latency scaled by the factor of its
+    /// class in `classes` (one per layer, [`zero_shot::layer_classes`]), the probes recorded. Power and energy
+    /// become null: the power models are the other machine's.
+    pub fn scaled_by(mut self, zero_shot: &zero_shot::ZeroShot, classes: &[zero_shot::ProbeClass]) -> Estimate {
         let mut latency_change = 0.0;
         let had_power = self.layers.iter().any(|l| l.power_w.is_some());
-        for layer in self.layers.iter_mut() {
-            let f = zero_shot.factor(layer.layer_type);
+        for (layer, class) in self.layers.iter_mut().zip(classes) {
+            let f = zero_shot.factor(*class);
             if let Some(ms) = layer.latency_ms {
                 latency_change += ms * (f - 1.0);
                 layer.latency_ms = Some(ms * f);
@@ -618,7 +633,6 @@ impl Estimate {
         }
         self.total.latency_ms += latency_change;
         self.total.energy_mj = None;
-        self.notes.push(note);
         if had_power {
             self.notes.push(format!(
                 "power and energy are null: device '{}''s power models describe its own machine, not this one",
@@ -627,6 +641,29 @@ impl Estimate {
         }
         self.zero_shot = Some(zero_shot.clone());
         self
+    }
+
+    /// Each layer's latency combined with the same layer's in `others` (estimates of the same network by other
+    /// source devices): the geometric mean of those that have one (the arithmetic mean where one is 0), the total
+    /// moved by as much as the layers.
+    pub fn combine_latency(&mut self, others: &[Estimate]) {
+        let mut latency_change = 0.0;
+        for (i, layer) in self.layers.iter_mut().enumerate() {
+            let values: Vec<f64> = std::iter::once(layer.latency_ms)
+                .chain(others.iter().map(|o| o.layers.get(i).and_then(|l| l.latency_ms)))
+                .flatten()
+                .filter(|v| v.is_finite())
+                .collect();
+            let (Some(ms), false) = (layer.latency_ms, values.is_empty()) else { continue };
+            let n = values.len() as f64;
+            let combined = match values.iter().all(|&v| v > 0.0) {
+                true => (values.iter().map(|v| v.ln()).sum::<f64>() / n).exp(),
+                false => values.iter().sum::<f64>() / n,
+            };
+            latency_change += combined - ms;
+            layer.latency_ms = Some(combined);
+        }
+        self.total.latency_ms += latency_change;
     }
 
     /// Layers that run (neither free views nor fused into their producer) and have a latency: the layers the

@@ -6,7 +6,7 @@
 //! C or Python caller asking "how long on this machine": the choice reads the device profiles, the model stores
 //! and this machine's fingerprint, and a zero-shot scaling times speed probes here.
 
-use super::zero_shot::ZeroShot;
+use super::zero_shot::{layer_classes, ProbeTimes, ZeroShot};
 use super::{Estimate, Estimator, Method, DEFAULT_DEVICE};
 use crate::collect::profile::{DeviceProfile, HostMatch};
 use crate::device::Fingerprint;
@@ -40,6 +40,9 @@ pub struct Choice {
     pub zero_shot: bool,
     /// Why no device of this machine was used (for the zero-shot line).
     pub chosen_because: Option<String>,
+    /// When no device was named on a machine no device was made on: the other devices of the same engine with
+    /// models and a known machine, nearest first, whose scaled predictions are combined with the chosen one's.
+    pub also: Vec<String>,
     /// Profiles that could not be read while choosing (each named, with why).
     pub notes: Vec<String>,
 }
@@ -49,11 +52,22 @@ pub struct Choice {
 pub struct Opened {
     pub choice: Choice,
     pub estimator: Estimator,
-    pub zero_shot: Option<ZeroShot>,
+    pub zero_shot: Option<Scaling>,
 }
 
-/// What zero-shot estimates showed in validation (docs/devices.md: two source devices, 19 networks, 2 runs).
-pub const ZERO_SHOT_EXPECTED_ERROR: &str = "±40% (a median of 6-15%)";
+/// A zero-shot scaling measured here: the chosen device's models and those of [`Choice::also`], each scaled by
+/// the same probes.
+#[derive(Debug)]
+pub struct Scaling {
+    /// The chosen device's scaling first, then each other source's.
+    pub sources: Vec<ZeroShot>,
+    /// The estimators of `sources[1..]`.
+    others: Vec<Estimator>,
+}
+
+/// What zero-shot estimates showed in validation (docs/devices.md: the three shipped tract devices combined on a
+/// machine none was made on, 22 networks, 2 runs; one device alone was off by up to 34-39% on another machine).
+pub const ZERO_SHOT_EXPECTED_ERROR: &str = "±25% (a median of 6%; one device alone, up to ±40%)";
 
 impl Request {
     pub fn with_device(mut self, device: Option<String>) -> Request {
@@ -83,6 +97,7 @@ impl Request {
             device: device.to_string(),
             zero_shot: self.zero_shot,
             chosen_because: None,
+            also: Vec::new(),
             notes,
         };
         if let Some(device) = &self.device {
@@ -104,12 +119,11 @@ impl Request {
         if let Some(p) = here(HostMatch::Recorded).or_else(|| here(HostMatch::Partial)) {
             return plain(&p.name, notes);
         }
-        let nearest = profiles
-            .iter()
-            .filter_map(|p| Some((p, host.distance(p.fingerprint.as_ref()?))))
-            .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.name.cmp(&b.0.name)));
+        let mut by_distance: Vec<(&DeviceProfile, f64)> =
+            profiles.iter().filter_map(|p| Some((p, host.distance(p.fingerprint.as_ref()?)))).collect();
+        by_distance.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.name.cmp(&b.0.name)));
         // Only learned models are scaled; a baseline of the nearest device is estimated as it is.
-        match nearest {
+        match by_distance.first() {
             Some((p, _)) if self.method != "learned" => plain(&p.name, notes),
             Some((p, _)) => Choice {
                 device: p.name.clone(),
@@ -120,6 +134,7 @@ impl Request {
                     p.name,
                     p.fingerprint.as_ref().map(|f| f.summary()).unwrap_or_default()
                 )),
+                also: by_distance[1..].iter().map(|(p, _)| p.name.clone()).collect(),
                 notes,
             },
             None => plain(DEFAULT_DEVICE, notes),
@@ -129,7 +144,9 @@ impl Request {
     /// The estimator of `choice` (`perfmodel estimate --method`'s), without calibration when asked.
     pub fn estimator(&self, choice: &Choice, dirs: &Dirs) -> Result<Estimator> {
         let estimator = Estimator::open_method(&self.method, &choice.device, dirs)?;
-        Ok(if self.uncalibrated { estimator.without_calibration() } else { estimator })
+        let estimator = if self.uncalibrated { estimator.without_calibration() } else { estimator };
+        // Scaled to this machine, the models estimate this machine's memory too: tract's packing here.
+        Ok(if choice.zero_shot { estimator.packing_for_this_machine() } else { estimator })
     }
 
     /// Choose the device, open its estimator and, when zero-shot, time the speed probes (a few seconds, with the
@@ -142,8 +159,11 @@ impl Request {
     }
 }
 
-/// The zero-shot scaling of `estimator`'s models to this machine when `choice` asks for it.
-pub fn zero_shot_of(choice: &Choice, estimator: &Estimator, dirs: &Dirs) -> Result<Option<ZeroShot>> {
+/// The zero-shot scaling of `estimator`'s models (and of [`Choice::also`]'s) to this machine when `choice` asks
+/// for it: the probes are timed once, with the chosen device's engine settings. Another source is opened as the
+/// chosen one is (calibrated when it is); one that cannot be opened or has no model of the probes is left out, and
+/// the estimate names the sources it combined.
+pub fn zero_shot_of(choice: &Choice, estimator: &Estimator, dirs: &Dirs) -> Result<Option<Scaling>> {
     if !choice.zero_shot {
         return Ok(None);
     }
@@ -155,35 +175,86 @@ pub fn zero_shot_of(choice: &Choice, estimator: &Estimator, dirs: &Dirs) -> Resu
         Ok(profile) => crate::engine::executor_for(&profile)?,
         Err(_) => Box::new(crate::engine::TractExecutor::new(1)?),
     };
-    Ok(Some(ZeroShot::measure(store, executor.as_ref())?))
+    let times = ProbeTimes::measure(executor.as_ref())?;
+    let mut sources = vec![ZeroShot::from_times(store, &times)?];
+    let mut others = Vec::new();
+    for device in &choice.also {
+        let Ok(other) = Estimator::open_method("learned", device, dirs) else { continue };
+        let other = if estimator.calibration().is_some() { other } else { other.without_calibration() };
+        let other = other.packing_for_this_machine();
+        let Method::Learned(other_store) = other.method() else { continue };
+        let Ok(scaled) = ZeroShot::from_times(other_store, &times) else { continue };
+        sources.push(scaled);
+        others.push(other);
+    }
+    Ok(Some(Scaling { sources, others }))
 }
 
 impl Opened {
     /// `net` estimated as asked: scaled to this machine when zero-shot.
     pub fn estimate(&self, net: &crate::Network) -> Result<Estimate> {
         let estimate = self.estimator.estimate(net)?;
-        Ok(match &self.zero_shot {
-            Some(z) => apply_zero_shot(estimate, z, &self.choice),
-            None => estimate,
-        })
+        match &self.zero_shot {
+            Some(z) => apply_zero_shot(estimate, z, &self.choice, net),
+            None => Ok(estimate),
+        }
     }
 }
 
-/// `estimate` scaled to this machine by `zero_shot`, its notes about another machine's models replaced by one
-/// line: which device, why, the factors, and the error zero-shot estimates have shown.
-pub fn apply_zero_shot(estimate: Estimate, zero_shot: &ZeroShot, choice: &Choice) -> Estimate {
-    let mut estimate = estimate;
+/// `estimate` (of `net`) scaled to this machine by `scaling`, combined layer by layer with the other sources'
+/// scaled estimates of `net` (a geometric mean), its notes about another machine's models replaced by one line:
+/// which devices, why, the factors, and the error zero-shot estimates have shown. Memory is the chosen device's.
+pub fn apply_zero_shot(
+    estimate: Estimate,
+    scaling: &Scaling,
+    choice: &Choice,
+    net: &crate::Network,
+) -> Result<Estimate> {
+    let analysis = net.analyze()?;
+    let classes = layer_classes(net, &analysis);
+    let primary = &scaling.sources[0];
+    let mut combined = Vec::new();
+    for (other, z) in scaling.others.iter().zip(&scaling.sources[1..]) {
+        // A source that cannot estimate this network (a layer type it has no model of) is left out of it.
+        if let Ok(e) = other.estimate(net) {
+            combined.push((z, e.scaled_by(z, &classes)));
+        }
+    }
+    let mut estimate = estimate.scaled_by(primary, &classes);
     estimate.notes.retain(|n| !n.contains("has models trained on another machine"));
     let why = choice.chosen_because.as_ref().map_or(String::new(), |w| format!("{w}; "));
-    let note = format!(
-        "zero-shot: {why}'{}''s latency models scaled to this machine by {:.1} s of speed probes ({}); expect \
-         errors of up to {ZERO_SHOT_EXPECTED_ERROR} (docs/devices.md); 'perfmodel device init' and 'collect --quick' \
-         make a device of this machine",
-        zero_shot.source_device,
-        zero_shot.seconds,
-        zero_shot.factors_text()
-    );
-    estimate.with_zero_shot(zero_shot, note)
+    let note = if combined.is_empty() {
+        format!(
+            "zero-shot: {why}'{}''s latency models scaled to this machine by {:.1} s of speed probes ({}); expect \
+             errors of up to {ZERO_SHOT_EXPECTED_ERROR} (docs/devices.md); 'perfmodel device init' and 'collect \
+             --quick' make a device of this machine",
+            primary.source_device,
+            primary.seconds,
+            primary.factors_text()
+        )
+    } else {
+        let names: Vec<String> = combined.iter().map(|(z, _)| format!("'{}'", z.source_device)).collect();
+        let factors: Vec<String> = std::iter::once(primary)
+            .chain(combined.iter().map(|(z, _)| *z))
+            .map(|z| format!("'{}': {}", z.source_device, z.factors_text()))
+            .collect();
+        format!(
+            "zero-shot: {why}the latency models of '{}' and of {} scaled to this machine by {:.1} s of speed probes \
+             ({}) and combined layer by layer (geometric mean), memory from '{}'; expect errors of up to \
+             {ZERO_SHOT_EXPECTED_ERROR} (docs/devices.md); 'perfmodel device init' and 'collect --quick' make a \
+             device of this machine",
+            primary.source_device,
+            names.join(", "),
+            primary.seconds,
+            factors.join("; "),
+            primary.source_device
+        )
+    };
+    let others: Vec<Estimate> = combined.iter().map(|(_, e)| e.clone()).collect();
+    estimate.combine_latency(&others);
+    estimate.notes.push(note);
+    estimate.zero_shot_others = combined.into_iter().map(|(z, _)| z.clone()).collect();
+    Ok(estimate)
 }
 
 /// When the estimator's models come from another machine: the devices under `models_dir` whose models were

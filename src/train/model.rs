@@ -848,6 +848,15 @@ impl KnownPart {
         Some((engine.weight_feature, engine.bytes(x)?))
     }
 
+    /// Count the weights as tract packs them on this machine, whatever machine the model was trained on: for a
+    /// model brought to this machine (zero-shot), whose estimates are of this machine's memory. What the model
+    /// learned besides the packed weights does not depend on the instruction set.
+    pub(crate) fn pack_for_this_machine(&mut self) {
+        if let Some(engine) = &mut self.engine_weights {
+            engine.isa = crate::engine::packing::host_isa().to_string();
+        }
+    }
+
     /// Whether the models were trained on tract's packed weights, on any machine: they describe tract as the
     /// executor, whose graph rewrites do not depend on the instruction set (the packing itself applies only on
     /// a machine with the training one's, see [`EngineWeights::applies`]).
@@ -909,6 +918,13 @@ static SMALL_WHOLE_LOGS: std::sync::LazyLock<[f64; SMALL_WHOLE + 1]> =
     std::sync::LazyLock::new(|| std::array::from_fn(|i| (i as f64).ln_1p()));
 
 impl Predictor {
+    /// See [`KnownPart::pack_for_this_machine`].
+    pub(crate) fn pack_for_this_machine(&mut self) {
+        if let Some(known) = &mut self.known {
+            known.pack_for_this_machine();
+        }
+    }
+
     pub fn new(method: impl Into<String>, log_target: bool, model: Model) -> Predictor {
         Predictor {
             method: method.into(),
@@ -1039,6 +1055,33 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
+
+    #[test]
+    fn weights_packed_on_another_machine_count_as_f32_unless_the_model_is_brought_here() {
+        let names = crate::LayerType::Dense.feature_names();
+        let config = crate::layer::LayerConfig::new(
+            crate::layer::Op::Dense(crate::layer::Dense {
+                units: 1000,
+                use_bias: true,
+                activation: crate::layer::Activation::Linear,
+            }),
+            vec![vec![1280]],
+            1,
+        );
+        let x = config.features().unwrap();
+        let here = KnownPart::tensor_mib(&names).unwrap().with_engine_weights(crate::LayerType::Dense, &names);
+        let mut elsewhere = here.clone();
+        elsewhere.engine_weights.as_mut().unwrap().isa = "tract-linalg 0.23.9 another machine".into();
+        let f32_weights = 4.0 * (1280.0 * 1000.0 + 1000.0) / MIB;
+        let tensors = 4.0 * (1280.0 + 1000.0) / MIB;
+        assert!((elsewhere.value(&x) - (tensors + f32_weights)).abs() < 1e-9, "{}", elsewhere.value(&x));
+        assert_eq!(elsewhere.resident_weight_bytes(&x), None);
+        let packed = here.resident_weight_bytes(&x).expect("packed here");
+        assert!(packed as f64 >= 4.0 * 1280.0 * 1000.0, "{packed}");
+        elsewhere.pack_for_this_machine();
+        assert_eq!(elsewhere.resident_weight_bytes(&x), Some(packed));
+        assert!((elsewhere.value(&x) - here.value(&x)).abs() < 1e-12);
+    }
 
     /// A random preorder tree of up to `depth` levels over 4 features, values exact in f32.
     fn random_tree(flat: &mut FlatForest, rng: &mut ChaCha8Rng, depth: usize) {

@@ -327,6 +327,16 @@ impl ModelStore {
         self.id
     }
 
+    /// The store with its memory models counting weights as tract packs them on this machine, whatever machine
+    /// they were trained on (by default only the training machine's packing is used, else the f32 weights): for
+    /// models brought to this machine by zero-shot scaling, whose memory is this machine's. A new identity, so
+    /// that no prediction cached for the store as it was answers for it.
+    pub fn packing_for_this_machine(mut self) -> ModelStore {
+        self.predictors.values_mut().for_each(Predictor::pack_for_this_machine);
+        self.id = next_store_id();
+        self
+    }
+
     /// Load `models_dir/<device>/manifest.json` and every model it lists.
     pub fn open(models_dir: &Path, device: &str) -> Result<ModelStore> {
         let dir = device_dir(models_dir, device);
