@@ -1181,21 +1181,28 @@ fn at_current_speed_scales_the_probe_following_layers_of_the_shipped_models() {
     assert!((now["total"]["latency_ms"].as_f64().unwrap() - sum).abs() < 1e-9 * sum);
 }
 
-#[test]
-fn the_layer_cache_answers_what_the_models_answer_and_keeps_stores_apart() {
-    // Two stores with different answers, asked in turn on this one thread about the same layers.
-    let dir = tempfile::tempdir().unwrap();
-    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+/// Under `dir`: `a`, the tiny store, and `b`, a store of device `dev` with only latency models: constant conv2d,
+/// max_pool2d and dense answers `[conv, pool, dense]`.
+fn two_latency_stores(dir: &Path, [conv, pool, dense]: [f64; 3]) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (a, b) = (dir.join("a"), dir.join("b"));
     tiny_store(&a);
     write_store(
         &b,
         "dev",
         vec![
-            (LayerType::Conv2d, Metric::Latency, constant(7.0)),
-            (LayerType::MaxPool2d, Metric::Latency, constant(0.25)),
-            (LayerType::Dense, Metric::Latency, constant(3.0)),
+            (LayerType::Conv2d, Metric::Latency, constant(conv)),
+            (LayerType::MaxPool2d, Metric::Latency, constant(pool)),
+            (LayerType::Dense, Metric::Latency, constant(dense)),
         ],
     );
+    (a, b)
+}
+
+#[test]
+fn the_layer_cache_answers_what_the_models_answer_and_keeps_stores_apart() {
+    // Two stores with different answers, asked in turn on this one thread about the same layers.
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = two_latency_stores(dir.path(), [7.0, 0.25, 3.0]);
     let net = Network::from_json_str(TINY, "tiny_net.json").unwrap();
     let cached_a = perfmodel::estimate::Estimator::open(&a, "dev").unwrap();
     let cached_b = perfmodel::estimate::Estimator::open(&b, "dev").unwrap();
@@ -1252,17 +1259,7 @@ fn on_a_machine_without_a_device_the_estimate_is_zero_shot_from_the_nearest_and_
 fn zero_shot_scales_each_layer_by_its_class_and_combines_sources_by_geometric_mean() {
     use perfmodel::estimate::zero_shot::{layer_classes, ProbeClass, ZeroShot};
     let dir = tempfile::tempdir().unwrap();
-    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
-    tiny_store(&a);
-    write_store(
-        &b,
-        "dev",
-        vec![
-            (LayerType::Conv2d, Metric::Latency, constant(8.0)),
-            (LayerType::MaxPool2d, Metric::Latency, constant(0.125)),
-            (LayerType::Dense, Metric::Latency, constant(1.29)),
-        ],
-    );
+    let (a, b) = two_latency_stores(dir.path(), [8.0, 0.125, 1.29]);
     let net = Network::from_json_str(TINY, "tiny_net.json").unwrap();
     let classes = layer_classes(&net, &net.analyze().unwrap());
     let type_of = |t: LayerType| net.layers.iter().position(|l| l.op.layer_type() == t).unwrap();
