@@ -141,7 +141,7 @@ impl Sample {
             Error::Invalid(format!("{} layer config {}: {e}", config.layer_type(), config.to_json()))
         };
         let cost = config.cost().map_err(invalid)?;
-        const F32_BYTES: u64 = 4;
+        use crate::units::F32_BYTES;
         Ok(Sample {
             key: config.key().map_err(invalid)?,
             layer_type: config.layer_type(),

@@ -223,11 +223,13 @@ pub fn apply_zero_shot(
     let mut estimate = estimate.scaled_by(primary, &classes);
     estimate.notes.retain(|n| !n.contains("has models trained on another machine"));
     let why = choice.chosen_because.as_ref().map_or(String::new(), |w| format!("{w}; "));
+    let advice = format!(
+        "expect errors of up to {ZERO_SHOT_EXPECTED_ERROR} (docs/devices.md); 'perfmodel device init' and 'collect \
+         --quick' make a device of this machine"
+    );
     let note = if combined.is_empty() {
         format!(
-            "zero-shot: {why}'{}''s latency models scaled to this machine by {:.1} s of speed probes ({}); expect \
-             errors of up to {ZERO_SHOT_EXPECTED_ERROR} (docs/devices.md); 'perfmodel device init' and 'collect \
-             --quick' make a device of this machine",
+            "zero-shot: {why}'{}''s latency models scaled to this machine by {:.1} s of speed probes ({}); {advice}",
             primary.source_device,
             primary.seconds,
             primary.factors_text()
@@ -240,9 +242,7 @@ pub fn apply_zero_shot(
             .collect();
         format!(
             "zero-shot: {why}the latency models of '{}' and of {} scaled to this machine by {:.1} s of speed probes \
-             ({}) and combined layer by layer (geometric mean), memory from '{}'; expect errors of up to \
-             {ZERO_SHOT_EXPECTED_ERROR} (docs/devices.md); 'perfmodel device init' and 'collect --quick' make a \
-             device of this machine",
+             ({}) and combined layer by layer (geometric mean), memory from '{}'; {advice}",
             primary.source_device,
             names.join(", "),
             primary.seconds,
@@ -250,10 +250,10 @@ pub fn apply_zero_shot(
             primary.source_device
         )
     };
-    let others: Vec<Estimate> = combined.iter().map(|(_, e)| e.clone()).collect();
+    let (sources, others): (Vec<&ZeroShot>, Vec<Estimate>) = combined.into_iter().unzip();
     estimate.combine_latency(&others);
     estimate.notes.push(note);
-    estimate.zero_shot_others = combined.into_iter().map(|(z, _)| z.clone()).collect();
+    estimate.zero_shot_others = sources.into_iter().cloned().collect();
     Ok(estimate)
 }
 

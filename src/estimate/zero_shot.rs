@@ -56,7 +56,7 @@ impl ProbeClass {
     ];
 
     /// The class whose probes scale a layer's predictions: by its type and, for a dense layer, whether its
-    /// `weight_bytes` fit this machine's last-level cache of `llc_bytes`.
+    /// `weight_bytes` fit this machine's last-level cache of `llc_bytes` ([`ProbeClass::of_config`] on a config).
     pub fn of(layer_type: LayerType, weight_bytes: u64, llc_bytes: u64) -> ProbeClass {
         match layer_type {
             LayerType::Conv2d => ProbeClass::Conv,
@@ -68,6 +68,12 @@ impl ProbeClass {
             }
             _ => ProbeClass::Elementwise,
         }
+    }
+
+    /// [`ProbeClass::of`] a layer config, its weights as f32 (a config whose cost cannot be computed counts none).
+    pub fn of_config(config: &LayerConfig, llc_bytes: u64) -> ProbeClass {
+        let weight_bytes = config.cost().map_or(0, |c| c.weight_elems * crate::units::F32_BYTES);
+        ProbeClass::of(config.layer_type(), weight_bytes, llc_bytes)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -142,8 +148,7 @@ impl ProbeTimes {
             let value: serde_json::Value = serde_json::from_str(json).expect("probe configs are valid JSON");
             let config =
                 LayerConfig::from_json(&value).map_err(|e| Error::Invalid(format!("zero-shot probe {json}: {e}")))?;
-            let cost = config.cost().map_err(|e| Error::Invalid(format!("zero-shot probe {json}: {e}")))?;
-            let class = ProbeClass::of(config.layer_type(), cost.weight_elems * F32_BYTES, llc);
+            let class = ProbeClass::of_config(&config, llc);
             let measured_ms = time_layer(executor, &config)?;
             times.push((config, class, measured_ms));
         }
@@ -164,11 +169,6 @@ pub struct ZeroShot {
 }
 
 impl ZeroShot {
-    /// Time the probes with `executor` and predict them with `store`'s latency models.
-    pub fn measure(store: &ModelStore, executor: &dyn Executor) -> Result<ZeroShot> {
-        ZeroShot::from_times(store, &ProbeTimes::measure(executor)?)
-    }
-
     /// Scale `store`'s latency models by probes timed here: each probe predicted by the store's model of its
     /// type (probes of a type it has no model of are left out).
     pub fn from_times(store: &ModelStore, times: &ProbeTimes) -> Result<ZeroShot> {
@@ -227,9 +227,6 @@ impl ZeroShot {
     }
 }
 
-/// Bytes of an f32 weight.
-const F32_BYTES: u64 = 4;
-
 /// This machine's last-level cache (L3, else L2), bytes; unbounded when neither is known, so that no dense
 /// layer counts as streamed from memory.
 pub fn host_llc_bytes() -> u64 {
@@ -240,13 +237,7 @@ pub fn host_llc_bytes() -> u64 {
 /// The probe class of every layer of `net` on this machine (by type, and for dense layers by their weights).
 pub fn layer_classes(net: &Network, analysis: &Analysis) -> Vec<ProbeClass> {
     let llc = host_llc_bytes();
-    (0..net.layers.len())
-        .map(|i| {
-            let config = analysis.config(i);
-            let weights = config.cost().map_or(0, |c| c.weight_elems * F32_BYTES);
-            ProbeClass::of(config.layer_type(), weights, llc)
-        })
-        .collect()
+    (0..net.layers.len()).map(|i| ProbeClass::of_config(analysis.config(i), llc)).collect()
 }
 
 fn layer_type_name<S: serde::Serializer>(t: &LayerType, s: S) -> std::result::Result<S::Ok, S::Error> {
