@@ -65,6 +65,43 @@ fn a_transformer_block_runs_with_every_layer_named() {
     assert_eq!((&fc1["type"], &fc1["predictor"]), (&serde_json::json!("matmul"), &serde_json::json!("uncovered")));
 }
 
+/// tract runs a transformer's residual adds inside the products with a constant weight that feed them, whatever
+/// the other side (here the network's input): the estimate plans them there (with `zen4`'s models, which know
+/// the transformer layer types), and tract's own trace of the same block has the add's node doing the product.
+#[test]
+fn a_transformer_s_residual_adds_run_inside_the_products_where_tract_puts_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let block = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/vit_ti_block.json");
+    let root = env!("CARGO_MANIFEST_DIR");
+    let (models, collectors) = (format!("{root}/models"), format!("{root}/collectors"));
+    let dirs = ["--models-dir", &models, "--collectors-dir", &collectors];
+    let args = ["estimate", block, "--device", "zen4", "--uncalibrated", "--format", "json"];
+    let out = perfmodel(dir.path(), &[&args[..], &dirs[..]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("estimate prints JSON");
+    let layer = |name: &str| json["layers"].as_array().unwrap().iter().find(|l| l["name"] == name).unwrap().clone();
+    for (product, add) in [("proj", "res1"), ("fc2", "res2")] {
+        assert_eq!(layer(add)["predictor"], format!("fused:{product}"), "{json}");
+        assert!(layer(product)["predictor"].as_str().unwrap().ends_with(&format!("+add:{add}")), "{json}");
+    }
+    // The products read by anything else run as themselves.
+    for product in ["q", "k", "v", "fc1"] {
+        assert!(!layer(product)["predictor"].as_str().unwrap().contains("+add"), "{json}");
+    }
+    let args = ["bench", block, "--rounds", "1", "--warmup", "0", "--memory-trace", "trace.csv"];
+    assert!(perfmodel(dir.path(), &args).status.success());
+    let trace = std::fs::read_to_string(dir.path().join("trace.csv")).unwrap();
+    let ops_of = |layer: &str| -> Vec<String> {
+        let cells = |l: &str| l.split(',').map(str::to_string).collect::<Vec<_>>();
+        trace.lines().map(cells).filter(|c| c[2] == layer).map(|c| c[1].clone()).collect()
+    };
+    for (product, add) in [("proj", "res1"), ("fc2", "res2")] {
+        assert_eq!(ops_of(add), ["OptMatMul"], "{trace}");
+        assert!(!ops_of(product).iter().any(|op| op == "OptMatMul"), "{trace}");
+    }
+    assert!(ops_of("fc1").iter().any(|op| op == "OptMatMul"), "{trace}");
+}
+
 #[test]
 fn bench_rejects_what_it_cannot_run() {
     let dir = tempfile::tempdir().unwrap();

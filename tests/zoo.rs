@@ -12,7 +12,7 @@ use common::perfmodel;
 
 /// Published total parameters, typed in here independently of the constants beside the builders
 /// (Keras Applications docs unless noted).
-const PUBLISHED: [(&str, u64); 43] = [
+const PUBLISHED: [(&str, u64); 45] = [
     ("vgg16", 138_357_544),
     ("vgg19", 143_667_240),
     ("resnet50", 25_636_712),
@@ -69,6 +69,8 @@ const PUBLISHED: [(&str, u64); 43] = [
     // BERT-small (4 blocks of 512 features): the architecture's count, 4 x (12 x 512^2 + 13 x 512).
     ("bert_small_encoder_s64", 12_609_536),
     ("bert_small_encoder_s256", 12_609_536),
+    ("vit_b32_encoder", 85_056_000),
+    ("bert_medium_encoder_s128", 25_219_072),
     ("ciresan_mlp", 11_972_510),
 ];
 
@@ -85,6 +87,7 @@ fn every_zoo_network_matches_its_published_parameter_count_within_one_percent() 
         .chain(zoo::holdout())
         .chain(zoo::calibration())
         .chain(zoo::transformers())
+        .chain(zoo::transformer_holdout())
         .collect();
     assert!(zoo::architectures().len() >= 20);
     assert!(zoo::holdout().len() >= 4);
@@ -129,6 +132,11 @@ fn export_writes_loadable_networks_and_holdouts_apart() {
         let path = dir.path().join("out/transformers").join(format!("{}.json", e.name));
         assert_eq!(Network::load(&path).unwrap(), (e.build)(), "{}", e.name);
         assert!(!dir.path().join("out").join(format!("{}.json", e.name)).exists());
+    }
+    for e in zoo::transformer_holdout() {
+        let path = dir.path().join("out/holdout/transformers").join(format!("{}.json", e.name));
+        assert_eq!(Network::load(&path).unwrap(), (e.build)(), "{}", e.name);
+        assert!(!dir.path().join("out/transformers").join(format!("{}.json", e.name)).exists());
     }
     let list = ok(&perfmodel(dir.path(), &["zoo", "list"]));
     assert!(list.contains("resnet50") && list.contains("25636712") && list.contains("holdout"), "{list}");

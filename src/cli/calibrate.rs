@@ -131,15 +131,28 @@ fn print_table(c: &Calibration, path: &Path) {
             median(residual.iter().map(|r| error(r, k.residual_add_ms_per_mib * r.add_mib)).collect())
         );
     }
+    let matmul: Vec<&DenseLayerPoint> = c.networks.iter().flat_map(|n| &n.matmul_layers).collect();
+    if !c.memory_only && !matmul.is_empty() {
+        let error = |m: &DenseLayerPoint, extra: f64| pct(m.predicted_ms + extra, m.measured_ms).abs();
+        println!(
+            "products with a constant weight: {} measured; median |error| {:.1}% raw, {:.1}% with the \
+             matmul term",
+            matmul.len(),
+            median(matmul.iter().map(|m| error(m, 0.0)).collect()),
+            median(matmul.iter().map(|m| error(m, k.matmul_extra_fraction * m.predicted_ms)).collect())
+        );
+    }
     println!(
         "correction: dense layers {:+.4} ms per MiB of weights above {:.2} MiB, up to {:.1} MiB{}; convolutions \
-         computing a residual add {:+.4} ms per MiB of its output; layer latency x {:.4} {:+.4} ms; peak memory \
-         {:+.3} MiB {:+.4} MiB per executing layer {:+.4} MiB per weighted one",
+         computing a residual add {:+.4} ms per MiB of its output; products with a constant weight {:+.1}%; \
+         layer latency x {:.4} {:+.4} ms; peak memory {:+.3} MiB {:+.4} MiB per executing layer \
+         {:+.4} MiB per weighted one",
         k.dense_weight_ms_per_mib,
         k.dense_weight_floor_mib,
         k.dense_weight_limit_mib,
         k.dense_gate_clause(),
         k.residual_add_ms_per_mib,
+        100.0 * k.matmul_extra_fraction,
         k.latency_scale,
         k.latency_per_layer_ms,
         k.memory_fixed_mib,

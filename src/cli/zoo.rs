@@ -50,6 +50,7 @@ pub fn run(command: Command, dirs: &Dirs) -> anyhow::Result<()> {
                 ("holdout", zoo::holdout()),
                 ("calibration", zoo::calibration()),
                 ("transformers", zoo::transformers()),
+                ("holdout/transformers", zoo::transformer_holdout()),
             ];
             for (set, entries) in sets {
                 for e in entries {

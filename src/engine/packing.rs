@@ -434,6 +434,12 @@ pub fn tract_weight_bytes(config: &LayerConfig) -> Option<u64> {
     match &config.op {
         Op::Dense(d) => dense_bytes(*config.input_shapes.first()?.last()?, d.units, config.batch, d.use_bias),
         Op::Conv2d(_) => conv_shape(config)?.weight_bytes(),
+        Op::MatMul { units: Some(units), use_bias } => {
+            let input = config.input_shapes.first()?;
+            let (depth, leading) = input.split_last()?;
+            let n = leading.iter().product::<usize>().checked_mul(config.batch)?;
+            dense_bytes(*depth, *units, n, *use_bias)
+        }
         _ => None,
     }
 }
@@ -522,6 +528,18 @@ pub enum PackedShape {
         out: [u16; 2],
         use_bias: u16,
     },
+    /// A matrix product of `leading` x `rows` x `depth` by `depth` x `cols`: with a constant weight, tract packs
+    /// the weight as a dense layer's (`cols` units over `depth` inputs, the other sizes its batch); a product of
+    /// two tensors holds no weights.
+    MatMul {
+        batch: u16,
+        leading: u16,
+        rows: u16,
+        depth: u16,
+        cols: u16,
+        constant_weight: u16,
+        use_bias: u16,
+    },
 }
 
 impl PackedShape {
@@ -545,7 +563,32 @@ impl PackedShape {
                 out: [at("out_height")?, at("out_width")?],
                 use_bias: at("use_bias")?,
             }),
+            LayerType::MatMul => Some(PackedShape::MatMul {
+                batch: at("batch")?,
+                leading: at("leading")?,
+                rows: at("rows")?,
+                depth: at("depth")?,
+                cols: at("cols")?,
+                constant_weight: at("constant_weight")?,
+                use_bias: at("use_bias")?,
+            }),
             _ => None,
+        }
+    }
+
+    /// A product's sizes from a feature vector: (weight rows or `m`, `k`, `n`, a constant weight, a bias); the
+    /// rows of every leading axis and batch item are the columns a constant weight is applied to.
+    fn product(&self, x: &[f64]) -> Option<(usize, usize, usize, bool, bool)> {
+        let get = |i| count(x, i);
+        let PackedShape::MatMul { batch, leading, rows, depth, cols, constant_weight, use_bias } = *self else {
+            return None;
+        };
+        let (rows, depth, cols, bias) = (get(rows)?, get(depth)?, get(cols)?, get(use_bias)? > 0);
+        if get(constant_weight)? > 0 {
+            let n = get(batch)?.checked_mul(get(leading)?)?.checked_mul(rows)?;
+            Some((cols, depth, n, true, bias))
+        } else {
+            Some((rows, depth, cols, false, bias))
         }
     }
 
@@ -553,7 +596,7 @@ impl PackedShape {
     fn conv(&self, x: &[f64]) -> Option<ConvShape> {
         let get = |i| count(x, i);
         match *self {
-            PackedShape::Dense { .. } => None,
+            PackedShape::Dense { .. } | PackedShape::MatMul { .. } => None,
             PackedShape::Conv2d { batch, in_channels, in_width, filters, kernel, groups, out, use_bias } => {
                 Some(ConvShape {
                     batch: get(batch)?,
@@ -572,7 +615,7 @@ impl PackedShape {
     /// The scratch a convolution's lowering needs while it runs ([`ConvShape::workspace_bytes`]); 0 for dense.
     pub fn lowering_workspace_bytes(&self, x: &[f64]) -> Option<u64> {
         match self {
-            PackedShape::Dense { .. } => Some(0),
+            PackedShape::Dense { .. } | PackedShape::MatMul { .. } => Some(0),
             PackedShape::Conv2d { .. } => self.conv(x).map(|c| c.workspace_bytes()),
         }
     }
@@ -588,13 +631,20 @@ impl PackedShape {
                 Some(features)
             }
             PackedShape::Conv2d { .. } => self.conv(x).map(|c| c.engine_features()),
+            PackedShape::MatMul { .. } => {
+                let (m, k, n, _, _) = self.product(x)?;
+                let mut features = [0.0; ENGINE_FEATURES_MAX];
+                let tile = kernel_pick(m, k, n).map_or([0.0; 3], |pick| tile(pick, m, n));
+                features[..tile.len()].copy_from_slice(&tile);
+                Some(features)
+            }
         }
     }
 
     /// The names of [`Self::engine_features`].
     pub fn engine_feature_names(&self) -> &'static [&'static str] {
         match self {
-            PackedShape::Dense { .. } => &DENSE_ENGINE_FEATURES,
+            PackedShape::Dense { .. } | PackedShape::MatMul { .. } => &DENSE_ENGINE_FEATURES,
             PackedShape::Conv2d { .. } => &CONV_ENGINE_FEATURES,
         }
     }
@@ -607,6 +657,10 @@ impl PackedShape {
                 dense_bytes(get(in_features)?, get(units)?, get(batch)?, get(use_bias)? > 0)
             }
             PackedShape::Conv2d { .. } => self.conv(x)?.weight_bytes(),
+            PackedShape::MatMul { .. } => match self.product(x)? {
+                (units, k, n, true, bias) => dense_bytes(k, units, n, bias),
+                _ => Some(0),
+            },
         }
     }
 }
@@ -659,13 +713,20 @@ mod tests {
         grouped.groups = 3;
         grouped.padding = Padding::Same;
         let conv = LayerConfig::new(Op::Conv2d(grouped), vec![vec![24, 14, 14]], 1);
-        for config in [dense, conv] {
+        // A transformer's linear layer: the weight packed as a dense layer's over 2 x 197 tokens.
+        let linear = LayerConfig::new(Op::MatMul { units: Some(129), use_bias: true }, vec![vec![197, 300]], 2);
+        for config in [dense, conv, linear] {
             let layer_type = config.layer_type();
             let shape = PackedShape::for_layer(layer_type, &layer_type.feature_names()).unwrap();
             let from_features = shape.packed_bytes(&config.features().unwrap()).unwrap();
             assert_eq!(Some(from_features), tract_weight_bytes(&config), "{layer_type:?}");
             assert!(from_features >= config.cost().unwrap().weight_elems * 4);
         }
+        // A product of two tensors holds no weights.
+        let product =
+            LayerConfig::new(Op::MatMul { units: None, use_bias: false }, vec![vec![3, 197, 64], vec![3, 64, 197]], 1);
+        let shape = PackedShape::for_layer(LayerType::MatMul, &LayerType::MatMul.feature_names()).unwrap();
+        assert_eq!(shape.packed_bytes(&product.features().unwrap()), Some(0));
         assert!(PackedShape::for_layer(LayerType::MaxPool2d, &LayerType::MaxPool2d.feature_names()).is_none());
     }
 

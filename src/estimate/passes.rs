@@ -319,9 +319,12 @@ pub(super) fn latency(
             let (Some(c), Some(t), Some(kernel)) = (correction, own_ms, plan.kernel(i)) else {
                 return own_ms;
             };
+            // The residual-add term is a convolution's (a product with a constant weight has its weights' term).
             let t = match kernel.fused_add {
-                Some(add) => t + c.residual_add_ms(analysis.costs[add].output_elems * BYTES_PER_ELEMENT),
-                None => t,
+                Some(add) if matches!(net.layers[i].op, Op::Conv2d(_)) => {
+                    t + c.residual_add_ms(analysis.costs[add].output_elems * BYTES_PER_ELEMENT)
+                }
+                _ => t,
             };
             let weight_bytes = analysis.costs[i].weight_elems * BYTES_PER_ELEMENT;
             Some(c.layer_latency_ms(net.layers[i].op.layer_type(), weight_bytes, network_weight_bytes, t))

@@ -186,6 +186,26 @@ pub fn probes() -> Vec<Probe> {
         let sigmoid = Op::Activation(Activation::Sigmoid);
         add("dense", chain("dense", vec![units], &sigmoid, &[dense], Place::InChain), 1);
     }
+    // Transformer layers on a sequence of tokens, at a small, a ViT-Ti and a BERT-base size (tokens x features,
+    // heads of 64): products with a constant weight, products of two tensors (a head's scores by its values,
+    // square so that a product of a unit's input and its separator's output chains), normalisation, softmax,
+    // GELU, and a transpose of the heads to the front. (A reshape does not run: the estimate aliases it.)
+    let sigmoid = Op::Activation(Activation::Sigmoid);
+    for (tokens, features) in [(64, 128), (197, 192), (128, 768)] {
+        let (sequence, heads) = (vec![tokens, features], features / 64);
+        let weighted = Op::MatMul { units: Some(features), use_bias: true };
+        add("matmul:weighted", chain("matmul-weighted", sequence.clone(), &sigmoid, &[weighted], Place::InChain), 1);
+        let product = Op::MatMul { units: None, use_bias: false };
+        let scores = vec![heads, tokens, tokens];
+        add("matmul:product", chain("matmul-product", scores.clone(), &sigmoid, &[product], Place::Merge), 1);
+        add("softmax", chain("softmax", scores, &sigmoid, &[Op::Softmax { axis: -1 }], Place::InChain), 1);
+        let norm = Op::LayerNorm { axis: -1, epsilon: 1e-6 };
+        add("layer_norm", chain("layer-norm", sequence.clone(), &sigmoid, &[norm], Place::InChain), 1);
+        let gelu = Op::Activation(Activation::Gelu);
+        add("activation:gelu", chain("gelu", sequence.clone(), &sigmoid, &[gelu], Place::InChain), 1);
+        let transpose = Op::Transpose { perm: vec![1, 0, 2] };
+        add("transpose", chain("transpose", vec![tokens, heads, 64], &sigmoid, &[transpose], Place::InChain), 1);
+    }
     // How tract lowers a convolution depends on its size (a grouped 1×3 one whose groups fit one kernel panel
     // goes lazy): a probe whose convolution is lowered otherwise at its size measures another kind, and is left
     // out.
@@ -275,6 +295,7 @@ mod tests {
         // probe sizes (a probe lowered otherwise is left out).
         let always = [
             "activation",
+            "activation:gelu",
             "add",
             "avg_pool2d",
             "batch_norm",
@@ -292,8 +313,13 @@ mod tests {
             FUSED_BATCH_NORM,
             "global_avg_pool2d",
             "global_max_pool2d",
+            "layer_norm",
+            "matmul:product",
+            "matmul:weighted",
             "max_pool2d",
             "multiply",
+            "softmax",
+            "transpose",
             "zero_padding2d",
         ];
         for kind in always {

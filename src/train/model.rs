@@ -724,7 +724,7 @@ pub struct EngineWeights {
 }
 
 impl EngineWeights {
-    /// For a dense or conv2d layer; `None` for other types (their weights stay plain f32 in tract).
+    /// For a dense, conv2d or matmul layer; `None` for other types (their weights stay plain f32 in tract).
     pub fn for_layer(layer_type: crate::LayerType, feature_names: &[String]) -> Option<EngineWeights> {
         let weight_feature =
             feature_names.iter().position(|f| f == "weight_elems").and_then(|i| u16::try_from(i).ok())?;
@@ -767,7 +767,7 @@ pub struct EngineFeatures {
 }
 
 impl EngineFeatures {
-    /// For conv2d and dense layers; `None` for other types.
+    /// For conv2d, dense and matmul layers; `None` for other types.
     pub fn for_layer(layer_type: crate::LayerType, feature_names: &[String]) -> Option<EngineFeatures> {
         let shape = crate::engine::packing::PackedShape::for_layer(layer_type, feature_names)?;
         Some(EngineFeatures {
@@ -820,7 +820,7 @@ impl KnownPart {
         Some(KnownPart { features, scale: 4.0 / MIB, engine_weights: None })
     }
 
-    /// Count the weights as tract packs them on this machine (dense and conv2d; no change for other types).
+    /// Count the weights as tract packs them on this machine (dense, conv2d and matmul; no change for other types).
     pub fn with_engine_weights(mut self, layer_type: crate::LayerType, feature_names: &[String]) -> KnownPart {
         self.engine_weights = EngineWeights::for_layer(layer_type, feature_names);
         self

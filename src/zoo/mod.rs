@@ -109,6 +109,19 @@ pub fn transformers() -> Vec<ZooEntry> {
     ]
 }
 
+/// Transformer encoders kept out of sampling, for validating transformer estimates: another patch size (ViT-B/32's
+/// 50 tokens) and another depth and width (BERT-medium), in `holdout/transformers/` so that a device without the
+/// transformer layer types validates the holdout's CNNs alone.
+pub fn transformer_holdout() -> Vec<ZooEntry> {
+    vec![
+        entry("vit_b32_encoder", transformer::vit_b32, transformer::VIT_B32_PARAMS),
+        entry("bert_medium_encoder_s128", transformer::bert_medium_s128, transformer::BERT_MEDIUM_PARAMS),
+    ]
+}
+
+/// Subdirectory of the holdout that holds [`transformer_holdout`].
+pub const TRANSFORMER_HOLDOUT_DIR: &str = "holdout/transformers";
+
 /// Subdirectory of the zoo that holds [`calibration_nets`] networks.
 pub const CALIBRATION_DIR: &str = "calibration";
 
@@ -116,8 +129,8 @@ pub const CALIBRATION_DIR: &str = "calibration";
 pub const TRANSFORMERS_DIR: &str = "transformers";
 
 /// Write every architecture as `<dir>/<name>.json`, every holdout network as `<dir>/holdout/<name>.json`, every
-/// calibration network as `<dir>/calibration/<name>.json` and every transformer as
-/// `<dir>/transformers/<name>.json`. Returns the written paths.
+/// calibration network as `<dir>/calibration/<name>.json`, every transformer as `<dir>/transformers/<name>.json`
+/// and every transformer of the holdout as `<dir>/holdout/transformers/<name>.json`. Returns the written paths.
 pub fn export(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     let sets = [
@@ -125,6 +138,7 @@ pub fn export(dir: &Path) -> Result<Vec<PathBuf>> {
         (dir.join("holdout"), holdout()),
         (dir.join(CALIBRATION_DIR), calibration()),
         (dir.join(TRANSFORMERS_DIR), transformers()),
+        (dir.join(TRANSFORMER_HOLDOUT_DIR), transformer_holdout()),
     ];
     for (sub, entries) in sets {
         for e in entries {

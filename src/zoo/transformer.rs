@@ -144,6 +144,24 @@ pub fn bert_small_s256() -> Network {
     bert("bert_small_encoder_s256", 256, 512, 8, 4).build()
 }
 
+/// ViT-B/32 at 224×224 (holdout: never sampled): 50 tokens of 768 features, 12 heads, 12 blocks.
+pub fn vit_b32() -> Network {
+    Encoder { tokens: 50, ..vit("vit_b32_encoder", 768, 12) }.build()
+}
+
+/// torchvision `vit_b_32`: 88,224,232 parameters, of which the 32×32 patch embedding, the class token, 50
+/// position embeddings and the head are outside the encoder.
+pub const VIT_B32_PARAMS: u64 = 88_224_232 - ((3 * 32 * 32 * 768 + 768) + 768 + 50 * 768 + (768 * 1000 + 1000));
+
+/// BERT-medium (Google's `bert_uncased_L-8_H-512_A-8`: 512 features, 8 heads, 8 blocks) on 128 tokens (holdout:
+/// never sampled).
+pub fn bert_medium_s128() -> Network {
+    bert("bert_medium_encoder_s128", 128, 512, 8, 8).build()
+}
+
+/// BERT-medium's encoder parameters (the architecture's count, as for BERT-small).
+pub const BERT_MEDIUM_PARAMS: u64 = 8 * (12 * 512 * 512 + 13 * 512);
+
 /// BERT-small's encoder parameters: 4 blocks of 12·512² + 13·512 (its checkpoint's total is not published
 /// beside it, so the count is the architecture's).
 pub const BERT_SMALL_PARAMS: u64 = 4 * (12 * 512 * 512 + 13 * 512);

@@ -150,17 +150,34 @@ impl EngineRules for Tract {
                 _ => false,
             };
         }
+        // A product with a constant weight (a transformer's projection or feed-forward) stores its output as the
+        // tokens x features matrix it is, so it takes in an add of that shape whatever the other side: ViT's first
+        // block adds the network's input (traced: the add's node is the product, the product's own a pack).
+        let weighted = |s: &Source| match s {
+            Source::Layer(j)
+                if consumers[*j] == 1 && matches!(net.layers[*j].op, Op::MatMul { units: Some(_), .. }) =>
+            {
+                Some(*j)
+            }
+            _ => None,
+        };
         for (i, layer) in net.layers.iter().enumerate() {
             if !matches!(layer.op, Op::Add) {
                 continue;
             }
-            let [Source::Layer(a), Source::Layer(b)] = analysis.sources[i].as_slice() else { continue };
             let shapes = &analysis.config(i).input_shapes;
-            if shapes.len() != 2 || shapes[0] != shapes[1] || a == b {
+            if shapes.len() != 2 || shapes[0] != shapes[1] || analysis.sources[i][0] == analysis.sources[i][1] {
                 continue;
             }
             let chained =
                 single_reader[i].is_some_and(|r| matches!(net.layers[r].op, Op::Activation(f) if fuses_into_kernel(f)));
+            // Of two such products, the one computed first.
+            let product = (0..2).filter_map(|side| weighted(&analysis.sources[i][side]).map(|j| (j, side))).min();
+            if let (Some(product), false) = (product, chained) {
+                into[i] = Some(product);
+                continue;
+            }
+            let [Source::Layer(a), Source::Layer(b)] = analysis.sources[i].as_slice() else { continue };
             into[i] = match (conv_of(*a), conv_of(*b)) {
                 (Some(x), Some(y)) if x < y => Some((x, 0)),
                 (Some(_), Some(y)) => Some((y, 1)),
@@ -188,7 +205,15 @@ impl EngineRules for Tract {
 /// differs by lowering: a pointwise one is a pack and a product, a lazy im2col one a pad, an offsets table and a
 /// product) and whether it is grouped (one product per group).
 pub fn kind_of(config: &LayerConfig) -> &'static str {
-    let Op::Conv2d(c) = &config.op else { return config.layer_type().as_str() };
+    let c = match &config.op {
+        Op::Conv2d(c) => c,
+        // A product with a constant weight keeps the weight's packing and a bias; one of two tensors neither.
+        Op::MatMul { units: Some(_), .. } => return "matmul:weighted",
+        Op::MatMul { units: None, .. } => return "matmul:product",
+        // GELU is several nodes in tract's plan (the error function and the products around it), a ReLU one.
+        Op::Activation(Activation::Gelu) => return "activation:gelu",
+        _ => return config.layer_type().as_str(),
+    };
     let grouped = c.groups > 1;
     match (conv_lowering(config), grouped) {
         (Some(ConvLowering::Pointwise), false) => "conv2d:pointwise",

@@ -54,14 +54,17 @@ impl Default for CalibrateOptions {
     }
 }
 
-/// The zoo's architectures (`*.json` directly in `zoo`, except the sampled configs) and its calibration-only
-/// networks (`zoo/calibration/*.json`, if that directory exists). The holdout, another subdirectory, is never
-/// read.
+/// The zoo's architectures (`*.json` directly in `zoo`, except the sampled configs), its calibration-only
+/// networks (`zoo/calibration/*.json`) and its transformers (`zoo/transformers/*.json`), of those directories
+/// that exist. The holdout, another subdirectory, is never read. [`calibrate`] leaves out a network the device
+/// has no models for (transformers on a device without their layer types).
 pub fn zoo_networks(zoo: &Path) -> Result<Vec<PathBuf>> {
     let mut nets = json_files(zoo)?;
-    let calibration = zoo.join(crate::zoo::CALIBRATION_DIR);
-    if calibration.is_dir() {
-        nets.extend(json_files(&calibration)?);
+    for sub in [crate::zoo::CALIBRATION_DIR, crate::zoo::TRANSFORMERS_DIR] {
+        let dir = zoo.join(sub);
+        if dir.is_dir() {
+            nets.extend(json_files(&dir)?);
+        }
     }
     Ok(nets)
 }
@@ -100,8 +103,6 @@ pub fn calibrate(
         )));
     }
     let nets = nets.iter().map(Network::load).collect::<Result<Vec<Network>>>()?;
-    let nets = nets.as_slice();
-    log(format!("running {} networks, {} rounds each", nets.len(), options.rounds));
     let (rounds, warmup) = if options.memory_only { (1, 0) } else { (options.rounds, options.warmup) };
     // Models of another machine: this machine's runs would be fitted into their calibration, and their nominal
     // probe time is that machine's.
@@ -134,10 +135,34 @@ pub fn calibrate(
         None
     };
     let estimator = estimator.with_engine_structure(structure.clone());
+    // A network with layers no model covers has a lower bound for an estimate: nothing to calibrate on.
+    let mut estimates = Vec::with_capacity(nets.len());
+    let mut covered = Vec::with_capacity(nets.len());
+    for net in nets {
+        let estimate = estimator.estimate(&net)?;
+        if estimate.uncovered.is_empty() {
+            covered.push(net);
+            estimates.push(estimate);
+        } else {
+            log(format!(
+                "note: {} left out: {} of its layers have no model on device '{device}' (first: {})",
+                net.name,
+                estimate.uncovered.len(),
+                estimate.uncovered[0].name
+            ));
+        }
+    }
+    if covered.len() < MIN_NETWORKS {
+        return Err(Error::Invalid(format!(
+            "calibration needs at least {MIN_NETWORKS} networks the device's models cover, got {}",
+            covered.len()
+        )));
+    }
+    let nets = covered.as_slice();
+    log(format!("running {} networks, {} rounds each", nets.len(), options.rounds));
     let nominal = if options.memory_only || !options.speed_probe { None } else { nominal_probe_ms(&estimator, log) };
     let plan = RoundPlan { rounds, max_rounds: rounds, block: options.block };
     let (profiles, readings) = bench_with_speed_probe(nets, &profile, nominal, plan, warmup, log)?;
-    let estimates = nets.iter().map(|n| estimator.estimate(n)).collect::<Result<Vec<_>>>()?;
     let mut at_nominal = Validation::new(device, "learned", {
         estimates.iter().zip(&profiles).map(|(e, m)| NetworkError::new(e, m)).collect()
     });
@@ -211,9 +236,33 @@ fn calibration_point(
     let weight_mib = costs.iter().map(|c| c.weight_elems * BYTES_PER_ELEMENT).sum::<u64>() as f64 / MIB;
     // Convolutions that compute a residual add: their node's time and the add's (0 when tract fused it).
     let residual_adds = residual_add_points(net, estimate, measured, &costs, to_nominal);
+    // Products with a constant weight: their node's time and a fused add's (whose node tract names after the add).
+    let index: HashMap<&str, usize> = net.layers.iter().enumerate().map(|(i, l)| (l.name.as_str(), i)).collect();
+    let matmul_layers = estimate
+        .layers
+        .iter()
+        .zip(&measured.layers)
+        .zip(&costs)
+        .filter(|((e, _), cost)| e.layer_type == LayerType::MatMul && cost.weight_elems > 0)
+        .filter(|((e, _), _)| e.predictor.fused_into().is_none())
+        .filter_map(|((e, m), cost)| {
+            let add = e.predictor.fused_add().and_then(|name| index.get(name)).map(|&a| measured.layers.get(a));
+            let add_ms = match add {
+                Some(layer) => layer?.latency_ms,
+                None => 0.0,
+            };
+            Some(DenseLayerPoint {
+                layer: e.name.clone(),
+                weight_mib: (cost.weight_elems * BYTES_PER_ELEMENT) as f64 / MIB,
+                predicted_ms: e.latency_ms?,
+                measured_ms: (m.latency_ms + add_ms) * to_nominal,
+            })
+        })
+        .collect();
     Ok(CalibrationPoint {
         dense_layers,
         residual_adds,
+        matmul_layers,
         weight_mib,
         network: net.name.clone(),
         executing_layers: estimate.executing_layers(),
@@ -241,6 +290,10 @@ fn residual_add_points(
         let Some(add) = e.predictor.fused_add().and_then(|name| index.get(name).copied()) else {
             continue;
         };
+        // A product with a constant weight is a matmul point (its weights, not the add, set its extra time).
+        if e.layer_type != LayerType::Conv2d {
+            continue;
+        }
         let (Some(predicted_ms), Some(conv_ms), Some(add_ms)) = (
             e.latency_ms,
             measured.layers.get(conv).map(|l| l.latency_ms),
