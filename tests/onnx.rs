@@ -444,3 +444,44 @@ fn a_shufflenet_unit_imports_from_both_exporters_and_runs() {
         }
     }
 }
+
+/// A transformer encoder block written as PyTorch writes one (tests/data/vit_ti_block.json exported: products by
+/// constant weights then an Add of the bias, the heads split by Reshape and Transpose, the products of two
+/// tensors, Softmax over the keys, LayerNormalization, GELU as its erf formula) imports to the same layers, and
+/// so do BERT's post-norm block and the zoo's ViT-Ti encoder.
+#[test]
+fn transformer_blocks_round_trip_through_onnx() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let block = Network::load(root.join("tests/data/vit_ti_block.json")).unwrap();
+    let bert = perfmodel::zoo::encoder_block(64, 256, 4, false);
+    let vit = Network::load(root.join("zoo/transformers/vit_ti16_encoder.json")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for net in [block, bert, vit] {
+        write_model(dir.path(), "model.onnx", &export_network(&net).unwrap().model);
+        let out = perfmodel(dir.path(), &["import-onnx", "model.onnx", "-o", "net.json"]);
+        assert!(out.status.success(), "{}: {}", net.name, stderr(&out));
+        let back = Network::load(dir.path().join("net.json")).unwrap();
+        assert_eq!(layer_ops(&back), layer_ops(&net), "{}", net.name);
+        let (a, b) = (back.analyze().unwrap(), net.analyze().unwrap());
+        assert_eq!(a.output_shapes, b.output_shapes, "{}", net.name);
+        assert_eq!(a.total_params(), b.total_params(), "{}", net.name);
+    }
+    // A transpose whose perm is no permutation, or moves the batch, is a clear error naming the file (from
+    // tract's shape inference or from the mapping), never a panic.
+    for perm in [vec![0, 1, 1, 3], vec![1, 0, 2, 3], vec![0, 2, 1, 9]] {
+        let mut model =
+            export_network(&Network::load(root.join("tests/data/vit_ti_block.json")).unwrap()).unwrap().model;
+        let node = model.graph.as_mut().unwrap().node.iter_mut().find(|n| n.name == "q_t").unwrap();
+        node.attribute = vec![AttributeProto {
+            name: "perm".into(),
+            r#type: AttributeType::Ints as i32,
+            ints: perm,
+            ..Default::default()
+        }];
+        write_model(dir.path(), "bad.onnx", &model);
+        let out = perfmodel(dir.path(), &["import-onnx", "bad.onnx", "-o", "bad.json"]);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(stderr(&out).contains("bad.onnx"), "{}", stderr(&out));
+        assert!(!dir.path().join("bad.json").exists());
+    }
+}

@@ -23,6 +23,10 @@
 //!   (DenseNet's `torch.cat([x])`) is that tensor.
 //! - Weights stored beside the model (`NAME.onnx.data`, the newer exporter's default) are read from the model's
 //!   directory.
+//! - A transformer's layers: `MatMul` by a constant 2-D weight on a sequence (`[batch, ..., K]`) is a `matmul`
+//!   with `units` (a constant `Add` after it its bias), a `MatMul` of two tensors a product, `Softmax` over an
+//!   axis other than the channels' and `LayerNormalization` are those layers (axes counted from the end), and a
+//!   `Transpose` that keeps the batch first is one.
 //! - A symbolic batch dimension is fixed to 1; any other symbolic input dimension is an error.
 
 use crate::error::{Error, Result};
@@ -269,8 +273,10 @@ impl<'a> Importer<'a> {
                 }
                 Ok(Mapping::FuseBias(input)) => {
                     let i = built.layer_of(&input).expect("fusion targets a layer");
-                    if let Op::Dense(d) = &mut built.layers[i].op {
-                        d.use_bias = true;
+                    match &mut built.layers[i].op {
+                        Op::Dense(d) => d.use_bias = true,
+                        Op::MatMul { use_bias, .. } => *use_bias = true,
+                        _ => {}
                     }
                     built.retarget(i, outputs[0]);
                 }
@@ -488,8 +494,10 @@ impl<'a> Importer<'a> {
 
     fn is_bias_free_dense(&self, x: &str, built: &Built) -> bool {
         built.layer_of(x).is_some_and(|i| {
-            matches!(built.layers[i].op, Op::Dense(Dense { use_bias: false, .. }))
-                && built.expected[i] == x
+            matches!(
+                built.layers[i].op,
+                Op::Dense(Dense { use_bias: false, .. }) | Op::MatMul { units: Some(_), use_bias: false }
+            ) && built.expected[i] == x
                 && self.consumers(x) == 1
         })
     }
@@ -536,6 +544,26 @@ impl<'a> Importer<'a> {
                         (strides, dilation, groups, padding, use_bias);
                     Ok(Mapping::Layer(Op::Conv2d(c)))
                 }
+            }
+            // A product of two tensors (attention's queries by keys, weights by values).
+            "MatMul" if dynamic.len() == 2 => {
+                if in_shape.len() < 3 || out_shape.len() < 3 {
+                    return Err(format!("a product of two tensors needs matrices (input {in_shape:?})"));
+                }
+                Ok(Mapping::Layer(Op::MatMul { units: None, use_bias: false }))
+            }
+            // A constant weight applied to every row of a sequence (`nn.Linear` on tokens); its bias, an Add
+            // after it, is fused like a dense layer's.
+            "MatMul" if in_shape.len() > 2 => {
+                single()?;
+                if node.input.first().map(|s| s.as_str()) != Some(x) {
+                    return Err("the non-constant operand must be the first".into());
+                }
+                let weight = node.input.get(1).and_then(|w| self.value(w)).ok_or("the weight is not constant")?;
+                let &[_, units] = weight.shape() else {
+                    return Err(format!("only a 2-D constant weight is supported (shape {:?})", weight.shape()));
+                };
+                Ok(Mapping::Layer(Op::MatMul { units: Some(units), use_bias: false }))
             }
             "Gemm" | "MatMul" => {
                 single()?;
@@ -607,7 +635,7 @@ impl<'a> Importer<'a> {
                     return Ok(Mapping::Layer(if node.op_type == "Mul" { Op::Multiply } else { Op::Add }));
                 }
                 if node.op_type == "Add" && dynamic.len() == 1 && self.is_bias_free_dense(x, built) {
-                    let units = in_shape[1];
+                    let units = in_shape[in_shape.len() - 1];
                     let bias = node.input.iter().find(|s| s.as_str() != x).and_then(|b| self.value(b));
                     if bias.is_some_and(|b| b.len() == units) && out_shape == in_shape {
                         return Ok(Mapping::FuseBias(x.to_string()));
@@ -657,11 +685,50 @@ impl<'a> Importer<'a> {
             "Softmax" => {
                 let default = if self.opset < 13 { 1 } else { -1 };
                 let axis = node.get_attr_opt::<i64>("axis").map_err(attr_err)?.unwrap_or(default);
-                let axis = if axis < 0 { axis + in_shape.len() as i64 } else { axis };
-                if axis != 1 {
-                    return Err(format!("only softmax over the channel axis (1) is supported, got axis {axis}"));
+                let rank = in_shape.len() as i64;
+                let axis = if axis < 0 { axis + rank } else { axis };
+                if axis == 1 {
+                    return act(Activation::Softmax);
                 }
-                act(Activation::Softmax)
+                if axis <= 0 || axis >= rank || self.opset < 13 {
+                    // Before opset 13 Softmax flattens the axes from `axis` on: not one axis.
+                    return Err(format!("only softmax over one axis other than the batch is supported (axis {axis})"));
+                }
+                // Counted from the end, as a transformer's attention names it (-1: over the keys).
+                Ok(Mapping::Layer(Op::Softmax { axis: axis - rank }))
+            }
+            "LayerNormalization" => {
+                single()?;
+                let rank = in_shape.len() as i64;
+                let axis = node.get_attr_opt::<i64>("axis").map_err(attr_err)?.unwrap_or(-1);
+                let axis = if axis < 0 { axis + rank } else { axis };
+                if axis <= 0 || axis >= rank {
+                    return Err(format!("only a normalisation over axes after the batch is supported (axis {axis})"));
+                }
+                let epsilon = node.get_attr_opt::<f32>("epsilon").map_err(attr_err)?.unwrap_or(1e-5);
+                // The shortest decimal that reads back as the stored f32 (1e-6, not 9.99999997e-7).
+                let epsilon = epsilon.to_string().parse::<f64>().map_err(|e| e.to_string())?;
+                Ok(Mapping::Layer(Op::LayerNorm { axis: axis - rank, epsilon }))
+            }
+            "Transpose" => {
+                single()?;
+                let perm = node.get_attr_opt_vec::<i64>("perm").map_err(attr_err)?;
+                let perm = perm.unwrap_or_else(|| (0..in_shape.len() as i64).rev().collect());
+                let mut sorted = perm.clone();
+                sorted.sort_unstable();
+                if !sorted.iter().copied().eq(0..in_shape.len() as i64) {
+                    return Err(format!("perm {perm:?} is not a permutation of the {} axes", in_shape.len()));
+                }
+                if perm[0] != 0 {
+                    return Err(format!(
+                        "only a transpose that keeps the batch axis first is supported (perm {perm:?})"
+                    ));
+                }
+                let perm: Vec<usize> = perm[1..].iter().map(|&p| p as usize - 1).collect();
+                if perm.iter().enumerate().all(|(i, &p)| i == p) {
+                    return Ok(Mapping::Alias(x.to_string()));
+                }
+                Ok(Mapping::Layer(Op::Transpose { perm }))
             }
             "BatchNormalization" => {
                 single()?;
