@@ -364,7 +364,8 @@ unsafe fn op_from_c(layer: &PmLayer) -> Result<Op, LayerError> {
         | LayerType::MatMul
         | LayerType::LayerNorm
         | LayerType::Softmax
-        | LayerType::Transpose => {
+        | LayerType::Transpose
+        | LayerType::Elementwise => {
             unreachable!("pm_layer_type numbers only the first {C_LAYER_TYPES} layer types")
         }
     };

@@ -485,3 +485,59 @@ fn transformer_blocks_round_trip_through_onnx() {
         assert!(!dir.path().join("bad.json").exists());
     }
 }
+
+/// tests/data/torch/make_tiny_bert.py: HuggingFace's `BertModel` (2 layers of 64 features, 2 heads, 32 tokens),
+/// written by the TorchScript exporter (opset 17) and the newer one (opset 20: GELU as one `Gelu` node, an
+/// all-zero attention mask added before each softmax). Everything but the token-id lookup maps to perfmodel
+/// layers: the embeddings' constant adds, the products, the attention scale, layer norms, GELU.
+#[test]
+fn a_bert_encoder_from_both_exporters_imports_but_for_its_token_lookup() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch");
+    let dir = tempfile::tempdir().unwrap();
+    let mut counts = Vec::new();
+    for file in ["tiny_bert_torchscript.onnx", "tiny_bert_dynamo.onnx"] {
+        let path = data.join(file);
+        let path = path.to_str().unwrap();
+        // Refused, naming the one node left: the embedding lookup of the token ids.
+        let out = perfmodel(dir.path(), &["import-onnx", path, "-o", "refused.json"]);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(stderr(&out).contains("1 node(s)") && stderr(&out).contains("(Gather)"), "{}", stderr(&out));
+        assert!(!dir.path().join("refused.json").exists());
+        let out = perfmodel(dir.path(), &["import-onnx", path, "-o", "net.json", "--allow-unsupported"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let net = Network::load(dir.path().join("net.json")).unwrap();
+        assert_eq!(net.input_shape, vec![32]);
+        let mut count: std::collections::BTreeMap<&str, usize> = Default::default();
+        for t in layer_types(&net) {
+            *count.entry(t).or_default() += 1;
+        }
+        // Per layer: 4 products by a weight (query, key, value, output) and 2 of the feed-forward, 2 of two
+        // tensors; layer norms after the embeddings and twice a layer.
+        for (t, n) in [("unsupported", 1), ("matmul", 16), ("layer_norm", 5), ("softmax", 2), ("transpose", 8)] {
+            assert_eq!(count.get(t), Some(&n), "{file}: {t} in {count:?}");
+        }
+        assert_eq!(count.get("activation"), Some(&2), "{file}: {count:?}");
+        assert!(net.layers.iter().any(
+            |l| l.op == Op::Elementwise { function: perfmodel::layer::ElementwiseFn::Mul, constant_shape: vec![] }
+        ));
+        assert!(net
+            .layers
+            .iter()
+            .any(|l| matches!(&l.op, Op::Elementwise { constant_shape, .. } if *constant_shape == [32, 64])));
+        // The zoo's transformer device estimates it, the lookup named as uncovered.
+        let root = env!("CARGO_MANIFEST_DIR");
+        let (models, collectors) = (format!("{root}/models"), format!("{root}/collectors"));
+        let args = ["estimate", "net.json", "--device", "zen4", "--format", "json", "--models-dir", &models];
+        let out = perfmodel(dir.path(), &[&args[..], &["--collectors-dir", &collectors]].concat());
+        assert!(out.status.success(), "{}", stderr(&out));
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(json["uncovered"].as_array().unwrap().len(), 1, "{json}");
+        counts.push(count);
+    }
+    // The newer exporter adds an (all-zero) attention mask before each softmax: 2 more constant adds.
+    let (script, dynamo) = (&counts[0], &counts[1]);
+    assert_eq!(dynamo["elementwise"], script["elementwise"] + 2);
+    for (t, n) in script.iter().filter(|(t, _)| **t != "elementwise") {
+        assert_eq!(dynamo.get(t), Some(n), "{t}: {script:?} against {dynamo:?}");
+    }
+}

@@ -213,7 +213,7 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
     fn computes_in_place(&self, op: &Op) -> bool {
         match op {
             Op::Activation(a) => *a != Activation::Softmax,
-            Op::BatchNorm | Op::Add | Op::Multiply => true,
+            Op::BatchNorm | Op::Add | Op::Multiply | Op::Elementwise { .. } => true,
             _ => false,
         }
     }

@@ -293,6 +293,7 @@ fn is_memory_bound(t: LayerType) -> bool {
             | LayerType::ChannelShuffle
             | LayerType::ChannelSlice
             | LayerType::Transpose
+            | LayerType::Elementwise
             | LayerType::Softmax
             | LayerType::LayerNorm
     )

@@ -189,7 +189,8 @@ pub fn probes() -> Vec<Probe> {
     // Transformer layers on a sequence of tokens, at a small, a ViT-Ti and a BERT-base size (tokens x features,
     // heads of 64): products with a constant weight, products of two tensors (a head's scores by its values,
     // square so that a product of a unit's input and its separator's output chains), normalisation, softmax,
-    // GELU, and a transpose of the heads to the front. (A reshape does not run: the estimate aliases it.)
+    // GELU, a transpose of the heads to the front, and the scale of the scores. (A reshape does not run: the
+    // estimate aliases it.)
     let sigmoid = Op::Activation(Activation::Sigmoid);
     for (tokens, features) in [(64, 128), (197, 192), (128, 768)] {
         let (sequence, heads) = (vec![tokens, features], features / 64);
@@ -198,6 +199,8 @@ pub fn probes() -> Vec<Probe> {
         let product = Op::MatMul { units: None, use_bias: false };
         let scores = vec![heads, tokens, tokens];
         add("matmul:product", chain("matmul-product", scores.clone(), &sigmoid, &[product], Place::Merge), 1);
+        let scale = Op::Elementwise { function: crate::layer::ElementwiseFn::Mul, constant_shape: vec![] };
+        add("elementwise", chain("elementwise", scores.clone(), &sigmoid, &[scale], Place::InChain), 1);
         add("softmax", chain("softmax", scores, &sigmoid, &[Op::Softmax { axis: -1 }], Place::InChain), 1);
         let norm = Op::LayerNorm { axis: -1, epsilon: 1e-6 };
         add("layer_norm", chain("layer-norm", sequence.clone(), &sigmoid, &[norm], Place::InChain), 1);
@@ -307,6 +310,7 @@ mod tests {
             "conv2d:pointwise-grouped",
             "cropping2d",
             "dense",
+            "elementwise",
             "depthwise_conv2d",
             CHAINED,
             FUSED,

@@ -46,6 +46,10 @@ impl Op {
                 let k = inputs.first().and_then(|s| s.last()).copied().unwrap_or(0) as u64;
                 (plus_bias(k.checked_mul(*units as u64), *use_bias, *units as u64), "units")
             }
+            // The constant is a parameter (a position embedding is learned).
+            Op::Elementwise { constant_shape, .. } => {
+                (checked_product(constant_shape.iter().map(|&d| d as u64)), "constant_shape")
+            }
             Op::LayerNorm { axis, .. } => {
                 let input = inputs.first().map_or(&[][..], |s| &s[..]);
                 let normalized = super::shape::resolve_axis(*axis, input.len())
@@ -120,6 +124,7 @@ impl LayerConfig {
             // Mean, variance, normalise, scale and shift: about 8 operations an element.
             Op::LayerNorm { .. } => 8 * output_elems,
             Op::Softmax { .. } => Activation::Softmax.flops_per_element() * output_elems,
+            Op::Elementwise { .. } => output_elems,
             Op::Flatten
             | Op::Reshape { .. }
             | Op::Concat { .. }

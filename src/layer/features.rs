@@ -169,6 +169,19 @@ const TRANSPOSE: &[&[Column]] = &[
     COST,
 ];
 const ACTIVATION: &[&[Column]] = &[BATCH, SHAPES, ACTIVATIONS, COST];
+/// An element-wise operation with a constant: the shapes, the function one-hot (add, sub, mul, div; `width` is
+/// its place in [`crate::layer::ElementwiseFn::ALL`] plus one) and how many elements the constant has.
+const ELEMENTWISE: &[&[Column]] = &[
+    BATCH,
+    SHAPES,
+    &[
+        Number("fn_add", |l| (l.width == 1) as u8 as f64),
+        Number("fn_sub", |l| (l.width == 2) as u8 as f64),
+        Number("fn_mul", |l| (l.width == 3) as u8 as f64),
+        Number("fn_div", |l| (l.width == 4) as u8 as f64),
+    ],
+    COST,
+];
 const OTHER: &[&[Column]] = &[BATCH, SHAPES, COST];
 
 /// The columns of a layer type, in parts.
@@ -197,6 +210,7 @@ fn columns(ty: LayerType) -> &'static [&'static [Column]] {
         LayerType::LayerNorm => LAYER_NORM,
         LayerType::Softmax => SOFTMAX,
         LayerType::Transpose => TRANSPOSE,
+        LayerType::Elementwise => ELEMENTWISE,
     }
 }
 
@@ -264,6 +278,10 @@ impl<'a> Layer<'a> {
                 (window, 0, 1, false)
             }
             Op::MatMul { units, use_bias } => (Window::default(), units.unwrap_or(0), 1, *use_bias),
+            Op::Elementwise { function, .. } => {
+                let place = crate::layer::ElementwiseFn::ALL.iter().position(|f| f == function).unwrap_or(0);
+                (Window::default(), place + 1, 1, false)
+            }
             _ => (Window::default(), 0, 1, false),
         };
         let activation = config.op.activation().unwrap_or(Activation::Linear);

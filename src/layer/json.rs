@@ -8,7 +8,8 @@
 //! error reported for a layer with several faults does not depend on the order of its keys.
 
 use super::{
-    Activation, Conv2d, Dense, DepthwiseConv2d, LResult, LayerConfig, LayerError, LayerType, Op, Padding, Pool2d, Shape,
+    Activation, Conv2d, Dense, DepthwiseConv2d, ElementwiseFn, LResult, LayerConfig, LayerError, LayerType, Op,
+    Padding, Pool2d, Shape,
 };
 use serde::de::{DeserializeOwned, Error as _, IgnoredAny, Unexpected};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -69,6 +70,14 @@ impl Op {
             LayerType::Transpose => {
                 read(obj, ty, |s: TransposeSpec| Ok(Op::Transpose { perm: s.perm.required("perm")? }))
             }
+            LayerType::Elementwise => read(obj, ty, |s: ElementwiseSpec| {
+                let name: String = s.function.required("function")?;
+                let function = ElementwiseFn::parse(&name).ok_or_else(|| {
+                    let known: Vec<&str> = ElementwiseFn::ALL.iter().map(|f| f.as_str()).collect();
+                    LayerError::at("function", format!("unknown function '{name}' (known: {})", known.join(", ")))
+                })?;
+                Ok(Op::Elementwise { function, constant_shape: s.constant_shape.or("constant_shape", Vec::new())? })
+            }),
         }
     }
 
@@ -93,6 +102,10 @@ impl Op {
             Op::LayerNorm { axis, epsilon } => write(LayerNormSpec { axis: given(*axis), epsilon: given(*epsilon) }),
             Op::Softmax { axis } => write(SoftmaxSpec { axis: given(*axis) }),
             Op::Transpose { perm } => write(TransposeSpec { perm: given(perm.clone()) }),
+            Op::Elementwise { function, constant_shape } => write(ElementwiseSpec {
+                function: given(function.as_str().to_string()),
+                constant_shape: given(constant_shape.clone()),
+            }),
             Op::Unsupported { op_type, output_shape } => {
                 write(UnsupportedSpec { op_type: given(op_type.clone()), output_shape: given(output_shape.clone()) })
             }
@@ -717,6 +730,13 @@ struct TransposeSpec {
 
 #[derive(Serialize, Deserialize, Default)]
 #[serde(default)]
+struct ElementwiseSpec {
+    function: Field<String>,
+    constant_shape: Field<Vec<usize>>,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+#[serde(default)]
 struct UnsupportedSpec {
     op_type: Field<String>,
     output_shape: Field<Vec<usize>>,
@@ -779,6 +799,7 @@ mod tests {
             Op::LayerNorm { axis: -1, epsilon: 1e-6 },
             Op::Softmax { axis: 1 },
             Op::Transpose { perm: vec![1, 0, 2] },
+            Op::Elementwise { function: ElementwiseFn::Div, constant_shape: vec![197, 1] },
         ];
         assert_eq!(ops.len(), LayerType::ALL.len());
         for op in ops {

@@ -291,6 +291,50 @@ pub enum Op {
     Transpose {
         perm: Vec<usize>,
     },
+    /// `function` of the input and a constant of `constant_shape`, broadcast over the input from the right (as
+    /// ONNX and NumPy broadcast; the batch excluded): a transformer's attention scale (a scalar), its position
+    /// embedding (`[tokens, features]`), an additive attention mask. The output has the input's shape.
+    Elementwise {
+        function: ElementwiseFn,
+        constant_shape: Shape,
+    },
+}
+
+/// The arithmetic of an [`Op::Elementwise`] layer: input `function` constant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ElementwiseFn {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+impl ElementwiseFn {
+    pub const ALL: [ElementwiseFn; 4] =
+        [ElementwiseFn::Add, ElementwiseFn::Sub, ElementwiseFn::Mul, ElementwiseFn::Div];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ElementwiseFn::Add => "add",
+            ElementwiseFn::Sub => "sub",
+            ElementwiseFn::Mul => "mul",
+            ElementwiseFn::Div => "div",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ElementwiseFn> {
+        ElementwiseFn::ALL.iter().copied().find(|f| f.as_str() == s.to_ascii_lowercase())
+    }
+
+    /// The ONNX operator.
+    pub fn onnx_op(self) -> &'static str {
+        match self {
+            ElementwiseFn::Add => "Add",
+            ElementwiseFn::Sub => "Sub",
+            ElementwiseFn::Mul => "Mul",
+            ElementwiseFn::Div => "Div",
+        }
+    }
 }
 
 /// The kind of an [`Op`], without hyperparameters: the key of data files and trained models.
@@ -320,10 +364,11 @@ pub enum LayerType {
     LayerNorm,
     Softmax,
     Transpose,
+    Elementwise,
 }
 
 impl LayerType {
-    pub const ALL: [LayerType; 24] = [
+    pub const ALL: [LayerType; 25] = [
         LayerType::Conv2d,
         LayerType::DepthwiseConv2d,
         LayerType::Dense,
@@ -349,6 +394,7 @@ impl LayerType {
         LayerType::LayerNorm,
         LayerType::Softmax,
         LayerType::Transpose,
+        LayerType::Elementwise,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -377,6 +423,7 @@ impl LayerType {
             LayerType::LayerNorm => "layer_norm",
             LayerType::Softmax => "softmax",
             LayerType::Transpose => "transpose",
+            LayerType::Elementwise => "elementwise",
         }
     }
 
@@ -433,6 +480,7 @@ impl Op {
             Op::LayerNorm { .. } => LayerType::LayerNorm,
             Op::Softmax { .. } => LayerType::Softmax,
             Op::Transpose { .. } => LayerType::Transpose,
+            Op::Elementwise { .. } => LayerType::Elementwise,
         }
     }
 

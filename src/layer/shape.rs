@@ -225,6 +225,7 @@ impl Op {
                 }
             }
             Op::Softmax { .. } => {}
+            Op::Elementwise { constant_shape, .. } => at_most_max("constant_shape", constant_shape)?,
             Op::Transpose { perm } => {
                 let mut seen = vec![false; perm.len()];
                 for &p in perm {
@@ -459,6 +460,22 @@ impl Op {
                 resolve_axis(*axis, inputs[0].len())?;
                 inputs[0].clone()
             }
+            Op::Elementwise { constant_shape, .. } => {
+                let input = &inputs[0];
+                let together = broadcast(&[input.clone(), constant_shape.clone()]).map_err(|_| {
+                    LayerError::at(
+                        "constant_shape",
+                        format!("{constant_shape:?} does not broadcast over the input {input:?}"),
+                    )
+                })?;
+                if &together != input {
+                    return Err(LayerError::at(
+                        "constant_shape",
+                        format!("{constant_shape:?} would enlarge the input {input:?} to {together:?}"),
+                    ));
+                }
+                input.clone()
+            }
             Op::Transpose { perm } => {
                 if perm.len() != inputs[0].len() {
                     return Err(LayerError::at(
@@ -535,6 +552,18 @@ mod tests {
         assert_eq!(Op::Softmax { axis: 1 }.output_shape(&[vec![3, 7, 7]]).unwrap(), vec![3, 7, 7]);
         let transpose = Op::Transpose { perm: vec![1, 2, 0] };
         assert_eq!(transpose.output_shape(&[vec![197, 3, 64]]).unwrap(), vec![3, 64, 197]);
+        // A constant broadcast from the right: a scale, a position embedding, a mask over the keys.
+        let constant =
+            |shape: Vec<usize>| Op::Elementwise { function: super::super::ElementwiseFn::Add, constant_shape: shape };
+        for shape in [vec![], vec![197, 192], vec![192], vec![1, 192]] {
+            assert_eq!(constant(shape).output_shape(&[vec![197, 192]]).unwrap(), vec![197, 192]);
+        }
+        assert_eq!(constant(vec![197]).output_shape(&[vec![12, 128, 197]]).unwrap(), vec![12, 128, 197]);
+        // One that does not broadcast, or would enlarge the input, names its field.
+        for shape in [vec![196, 192], vec![2, 197, 192]] {
+            let err = constant(shape).output_shape(&[vec![197, 192]]).unwrap_err();
+            assert_eq!(err.field, Some("constant_shape".into()), "{err:?}");
+        }
     }
 
     #[test]

@@ -416,6 +416,14 @@ impl GraphBuilder {
                 let axis = crate::layer::resolve_axis(*axis, shapes[0].len()).map_err(|e| e.message)?;
                 self.node(name.to_string(), "Softmax", &[x], name, vec![attr_int("axis", axis as i64 + 1)]);
             }
+            Op::Elementwise { function, constant_shape } => {
+                // A constant away from 0 (a divisor too), broadcast from the right over [N, ...input].
+                let count = constant_shape.iter().product::<usize>();
+                let values: Vec<f32> = (0..count).map(|_| self.rng.random_range(0.5..1.5)).collect();
+                let dims = constant_shape.iter().map(|&d| d as i64).collect();
+                let constant = self.const_f32(format!("{name}/constant"), dims, values);
+                self.node(name.to_string(), function.onnx_op(), &[x, &constant], name, vec![]);
+            }
             Op::Transpose { perm } => {
                 let perm: Vec<i64> = [0].into_iter().chain(perm.iter().map(|&p| p as i64 + 1)).collect();
                 self.node(name.to_string(), "Transpose", &[x], name, vec![attr_ints("perm", &perm)]);

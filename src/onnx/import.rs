@@ -30,7 +30,9 @@
 //! - A symbolic batch dimension is fixed to 1; any other symbolic input dimension is an error.
 
 use crate::error::{Error, Result};
-use crate::layer::{tensor_elements, Activation, Conv2d, Dense, DepthwiseConv2d, Op, Padding, Pool2d, Shape, MAX_SIZE};
+use crate::layer::{
+    tensor_elements, Activation, Conv2d, Dense, DepthwiseConv2d, ElementwiseFn, Op, Padding, Pool2d, Shape, MAX_SIZE,
+};
 use crate::network::{Layer, Network, INPUT};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -502,6 +504,52 @@ impl<'a> Importer<'a> {
         })
     }
 
+    /// An element-wise operation of the tensor `x` and one constant (an attention scale, a position embedding, a
+    /// mask): the constant's shape without the batch, as it broadcasts over `x`.
+    fn elementwise_constant(
+        &self,
+        node: &NodeProto,
+        x: &str,
+        in_shape: &[usize],
+        out_shape: &[usize],
+    ) -> std::result::Result<Mapping, String> {
+        let operands: Vec<&String> = node.input.iter().filter(|s| !s.is_empty()).collect();
+        let [first, second] = operands.as_slice() else {
+            return Err("only an element-wise operation of one tensor and one constant is supported".into());
+        };
+        let function = match node.op_type.as_str() {
+            "Add" | "Sum" => ElementwiseFn::Add,
+            "Mul" => ElementwiseFn::Mul,
+            "Sub" => ElementwiseFn::Sub,
+            "Div" => ElementwiseFn::Div,
+            other => return Err(format!("no element-wise function for {other}")),
+        };
+        let constant = if first.as_str() == x { second } else { first };
+        if first.as_str() != x && matches!(function, ElementwiseFn::Sub | ElementwiseFn::Div) {
+            return Err("a constant minus or divided by a tensor is not supported".into());
+        }
+        let value = self.value(constant).ok_or("the other operand is not constant")?;
+        if out_shape != in_shape {
+            return Err(format!("the constant {:?} enlarges the tensor {in_shape:?} to {out_shape:?}", value.shape()));
+        }
+        // Aligned from the right with [batch, ...]: an axis over the batch must be 1 and is dropped.
+        let mut shape = value.shape().to_vec();
+        if shape.len() == in_shape.len() {
+            if shape[0] != 1 {
+                return Err(format!("a constant of shape {shape:?} varies over the batch"));
+            }
+            shape.remove(0);
+        }
+        if shape.len() > in_shape.len() {
+            return Err(format!("a constant of shape {:?} has more axes than the tensor {in_shape:?}", value.shape()));
+        }
+        // Leading unit axes broadcast alike with or without them.
+        while shape.first() == Some(&1) {
+            shape.remove(0);
+        }
+        Ok(Mapping::Layer(Op::Elementwise { function, constant_shape: shape }))
+    }
+
     fn map_node(&self, node: &NodeProto, dynamic: &[&String], built: &Built) -> std::result::Result<Mapping, String> {
         let x = dynamic.first().map(|s| s.as_str()).ok_or("no input from the network")?;
         let in_shape = self.shape(x).ok_or("tract could not infer its input shape")?;
@@ -629,8 +677,11 @@ impl<'a> Importer<'a> {
                     _ => Ok(Mapping::GlobalPool(op)),
                 }
             }
-            "Add" | "Sum" | "Mul" => {
+            "Add" | "Sum" | "Mul" | "Sub" | "Div" => {
                 let all_dynamic = dynamic.len() == node.input.iter().filter(|s| !s.is_empty()).count();
+                if all_dynamic && matches!(node.op_type.as_str(), "Sub" | "Div") {
+                    return Err("a subtraction or division of two tensors has no perfmodel layer".into());
+                }
                 if all_dynamic && dynamic.len() >= 2 {
                     return Ok(Mapping::Layer(if node.op_type == "Mul" { Op::Multiply } else { Op::Add }));
                 }
@@ -641,7 +692,7 @@ impl<'a> Importer<'a> {
                         return Ok(Mapping::FuseBias(x.to_string()));
                     }
                 }
-                Err("an element-wise operation with a constant operand has no perfmodel layer".into())
+                self.elementwise_constant(node, x, &in_shape, &out_shape)
             }
             "Concat" => {
                 // A constant operand with no element adds nothing; any other has no perfmodel layer.

@@ -6,13 +6,13 @@
 //!
 //! Each block is written as the exporters and HuggingFace write it: separate query, key and value products,
 //! heads split by a reshape and brought to the front by a transpose (the keys' transposed for the product),
-//! softmax over the keys, the heads joined again, an output projection, a residual add, and a feed-forward of
-//! two products around a GELU. ViT normalises before each half (pre-norm, epsilon 1e-6, a final layer norm),
-//! BERT after each residual add (post-norm, epsilon 1e-12). The attention's 1/√d scale is a multiply by a
-//! constant, which perfmodel does not represent yet; it is left out.
+//! the scores scaled by 1/√d (a multiply by a constant, as HuggingFace's BERT export has it), softmax over the
+//! keys, the heads joined again, an output projection, a residual add, and a feed-forward of two products
+//! around a GELU. ViT normalises before each half (pre-norm, epsilon 1e-6, a final layer norm), BERT after each
+//! residual add (post-norm, epsilon 1e-12).
 
 use super::builder::Builder;
-use crate::layer::{Activation, Op};
+use crate::layer::{Activation, ElementwiseFn, Op};
 use crate::network::Network;
 
 /// One encoder: its sequence, width, heads, depth and where it normalises.
@@ -47,6 +47,7 @@ impl Encoder {
                 heads.push(b.layer(format!("{p}_{t}_t"), Op::Transpose { perm: perm.to_vec() }));
             }
             b.layer_from(format!("{p}_scores"), product.clone(), &heads[..2]);
+            b.layer(format!("{p}_scale"), Op::Elementwise { function: ElementwiseFn::Mul, constant_shape: vec![] });
             let weights = b.layer(format!("{p}_softmax"), Op::Softmax { axis: -1 });
             b.layer_from(format!("{p}_context"), product.clone(), &[weights, heads[2].clone()]);
             b.layer(format!("{p}_context_t"), Op::Transpose { perm: vec![1, 0, 2] });
