@@ -487,7 +487,7 @@ fn transformer_blocks_round_trip_through_onnx() {
 }
 
 /// tests/data/torch/make_tiny_bert.py: HuggingFace's `BertModel` (2 layers of 64 features, 2 heads, 32 tokens),
-/// written by the TorchScript exporter (opset 17) and the newer one (opset 20: GELU as one `Gelu` node, an
+/// written by the TorchScript exporter (opset 17, and 14) and the newer one (opset 20: GELU as one `Gelu` node, an
 /// all-zero attention mask added before each softmax). Everything but the token-id lookup maps to perfmodel
 /// layers: the embeddings' constant adds, the products, the attention scale, layer norms, GELU.
 #[test]
@@ -534,6 +534,18 @@ fn a_bert_encoder_from_both_exporters_imports_but_for_its_token_lookup() {
         assert_eq!(json["uncovered"].as_array().unwrap().len(), 1, "{json}");
         counts.push(count);
     }
+    // At opset 14 the TorchScript exporter writes each layer norm out (ReduceMean, Sub, Pow, ReduceMean, Add,
+    // Sqrt, Div, Mul, Add): the same layers as at opset 17.
+    let import = |file: &str, json: &str| {
+        let path = data.join(file);
+        let out = perfmodel(dir.path(), &["import-onnx", path.to_str().unwrap(), "-o", json, "--allow-unsupported"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        Network::load(dir.path().join(json)).unwrap()
+    };
+    let (opset14, opset17) =
+        (import("tiny_bert_torchscript14.onnx", "14.json"), import("tiny_bert_torchscript.onnx", "17.json"));
+    assert_eq!(layer_ops(&opset14), layer_ops(&opset17));
+    assert_eq!(opset14.layers.iter().filter(|l| matches!(l.op, Op::LayerNorm { .. })).count(), 5);
     // The newer exporter adds an (all-zero) attention mask before each softmax: 2 more constant adds.
     let (script, dynamo) = (&counts[0], &counts[1]);
     assert_eq!(dynamo["elementwise"], script["elementwise"] + 2);

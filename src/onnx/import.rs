@@ -25,8 +25,10 @@
 //!   directory.
 //! - A transformer's layers: `MatMul` by a constant 2-D weight on a sequence (`[batch, ..., K]`) is a `matmul`
 //!   with `units` (a constant `Add` after it its bias), a `MatMul` of two tensors a product, `Softmax` over an
-//!   axis other than the channels' and `LayerNormalization` are those layers (axes counted from the end), and a
-//!   `Transpose` that keeps the batch first is one.
+//!   axis other than the channels' and `LayerNormalization` are those layers (axes counted from the end), as is
+//!   a layer norm written out before opset 17 (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, then a Mul by
+//!   the scale and an Add of the bias); a `Transpose` that keeps the batch first is one; an Add, Sub, Mul or Div
+//!   of a tensor and a constant is an `elementwise` layer.
 //! - A symbolic batch dimension is fixed to 1; any other symbolic input dimension is an error.
 
 use crate::error::{Error, Result};
@@ -221,9 +223,10 @@ impl<'a> Importer<'a> {
             let base_name = if label.is_empty() { format!("{}_{index}", node.op_type) } else { label.to_string() };
             let gate = gates.gated.get(&index);
             let shuffle = gates.shuffles.get(&index);
-            let dynamic: Vec<&String> = match (gate, shuffle) {
-                (Some((x, _)), _) | (None, Some((x, _))) => vec![x],
-                (None, None) => node.input.iter().filter(|s| !s.is_empty() && self.value(s).is_none()).collect(),
+            let norm = gates.norms.get(&index);
+            let dynamic: Vec<&String> = match (gate, shuffle, norm) {
+                (Some((x, _)), _, _) | (None, Some((x, _)), _) | (None, None, Some((x, _))) => vec![x],
+                (None, None, None) => node.input.iter().filter(|s| !s.is_empty() && self.value(s).is_none()).collect(),
             };
             let mut sources = Vec::with_capacity(dynamic.len());
             for t in &dynamic {
@@ -237,10 +240,11 @@ impl<'a> Importer<'a> {
                     }
                 }
             }
-            let mapping = match (gate, shuffle) {
-                (Some((x, activation)), _) => Ok(self.activation_mapping(x, *activation, 2, &built)),
-                (None, Some((_, groups))) => Ok(Mapping::Layer(Op::ChannelShuffle { groups: *groups })),
-                (None, None) => self.map_node(node, &dynamic, &built),
+            let mapping = match (gate, shuffle, norm) {
+                (Some((x, activation)), _, _) => Ok(self.activation_mapping(x, *activation, 2, &built)),
+                (None, Some((_, groups)), _) => Ok(Mapping::Layer(Op::ChannelShuffle { groups: *groups })),
+                (None, None, Some((_, op))) => Ok(Mapping::Layer(op.clone())),
+                (None, None, None) => self.map_node(node, &dynamic, &built),
             };
             match mapping {
                 Ok(Mapping::Layer(op)) => {
@@ -396,7 +400,99 @@ impl<'a> Importer<'a> {
                 gates.gated.insert(index, (x, Activation::Gelu));
             }
         }
+        for index in 0..self.graph.node.len() {
+            if let Some((x, norm, parts)) = self.layer_norm_ending_at(index) {
+                gates.absorbed.extend(parts);
+                gates.norms.insert(index, (x, norm));
+            }
+        }
         gates
+    }
+
+    /// Layer normalisation as exporters write it before opset 17: `Add(Mul(Div(Sub(x, ReduceMean(x)),
+    /// Sqrt(Add(ReduceMean(Pow(Sub(..), 2)), epsilon))), scale), bias)`, both means over the same trailing axes,
+    /// the scale's Mul and the bias's Add each optional. `last` is the index of its final node: the normalised
+    /// tensor `x`, the layer, and the inner nodes to absorb.
+    fn layer_norm_ending_at(&self, last: usize) -> Option<(String, Op, Vec<usize>)> {
+        // The producer of `t` if it is an `op` node and `t` has `readers` readers.
+        let from = |t: &str, op: &str, readers: usize| {
+            let &n = self.producer.get(t)?;
+            (self.graph.node[n].op_type == op && self.consumers(t) == readers).then_some(n)
+        };
+        // The operand of a binary node that is not constant, when the other one is.
+        let dynamic_of = |node: &NodeProto| -> Option<String> {
+            let [a, b] = node.input.as_slice() else { return None };
+            match (self.value(a).is_some(), self.value(b).is_some()) {
+                (false, true) => Some(a.clone()),
+                (true, false) => Some(b.clone()),
+                _ => None,
+            }
+        };
+        let (mut n, mut parts) = (last, Vec::new());
+        // The bias's Add, then the scale's Mul, each optional.
+        for op in ["Add", "Mul"] {
+            let node = &self.graph.node[n];
+            if node.op_type == op {
+                let t = dynamic_of(node)?;
+                if n != last {
+                    parts.push(n);
+                }
+                n = *self.producer.get(t.as_str())?;
+                if self.consumers(&t) != 1 {
+                    return None;
+                }
+            }
+        }
+        let div = &self.graph.node[n];
+        if div.op_type != "Div" || div.input.len() != 2 {
+            return None;
+        }
+        if n != last {
+            parts.push(n);
+        }
+        let (centred, root) = (&div.input[0], &div.input[1]);
+        let sub = from(centred, "Sub", 2)?;
+        let sqrt = from(root, "Sqrt", 1)?;
+        let add_eps = from(self.graph.node[sqrt].input.first()?, "Add", 1)?;
+        let add_node = &self.graph.node[add_eps];
+        let variance = dynamic_of(add_node)?;
+        let eps_tensor = add_node.input.iter().find(|i| **i != variance)?;
+        let epsilon = scalar_f32(&*self.value(eps_tensor)?).ok()?;
+        let var_mean = from(&variance, "ReduceMean", 1)?;
+        let pow = from(self.graph.node[var_mean].input.first()?, "Pow", 1)?;
+        let pow_node = &self.graph.node[pow];
+        let two = scalar_f32(&*self.value(pow_node.input.get(1)?)?).ok()?;
+        if pow_node.input.first()? != centred || two != 2.0 {
+            return None;
+        }
+        let sub_node = &self.graph.node[sub];
+        let (x, mean) = (sub_node.input.first()?, sub_node.input.get(1)?);
+        let mean_node = from(mean, "ReduceMean", 1)?;
+        if self.graph.node[mean_node].input.first()? != x || self.value(x).is_some() {
+            return None;
+        }
+        let rank = self.shape(x)?.len() as i64;
+        let axes = |n: usize| -> Option<Vec<i64>> {
+            let node = &self.graph.node[n];
+            let axes = match node.get_attr_opt_vec::<i64>("axes").ok()? {
+                Some(axes) => axes,
+                None => ints(&*self.value(node.input.get(1)?)?).ok()?,
+            };
+            let mut axes: Vec<i64> = axes.iter().map(|&a| if a < 0 { a + rank } else { a }).collect();
+            axes.sort_unstable();
+            Some(axes)
+        };
+        // The same axes, the last ones, never the batch.
+        let trailing = axes(mean_node)?;
+        if trailing != axes(var_mean)? || trailing.first().is_none_or(|&a| a <= 0) {
+            return None;
+        }
+        if !trailing.iter().copied().eq(trailing[0]..rank) {
+            return None;
+        }
+        let epsilon = epsilon.to_string().parse::<f64>().ok()?;
+        parts.extend([sub, sqrt, add_eps, var_mean, pow, mean_node]);
+        Some((x.clone(), Op::LayerNorm { axis: trailing[0] - rank, epsilon }, parts))
     }
 
     /// `Reshape([N, C, H, W] → [N, g, C/g, H, W]) → Transpose(0, 2, 1, 3, 4) → Reshape(→ [N, C, H, W])` (how
@@ -1044,6 +1140,8 @@ struct Gates {
     gated: HashMap<usize, (String, Activation)>,
     /// The last Reshape of a channel shuffle → (the shuffled tensor, groups).
     shuffles: HashMap<usize, (String, usize)>,
+    /// The last node of a layer norm written out in elementary ops → (the normalised tensor, the layer).
+    norms: HashMap<usize, (String, Op)>,
 }
 
 /// `HardSigmoid(alpha = 1/6, beta = 0.5)` is the gate of hard swish.

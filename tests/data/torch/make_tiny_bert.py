@@ -1,12 +1,11 @@
 #!/usr/bin/env python3
 """Make tiny BERT-encoder ONNX test fixtures with both PyTorch exporters, verify and describe them.
 
-Versions used (Python 3.11.7, default PyPI (CUDA) builds, run on CPU):
+Versions used (Python 3.11.7, default PyPI (CUDA) builds of torch, run on CPU):
   torch 2.15.0+cu132, transformers 5.24.0, onnx 1.23.2, onnxscript 0.7.2,
   onnx_ir 1.1.0, onnxruntime 1.32.0, numpy 2.4.6, protobuf 7.36.2
 
-Run:  python3 tests/data/torch/make_tiny_bert.py  (with torch, transformers, onnx, onnxscript and onnxruntime
-      from PyPI; CI does not run it: the files it writes are committed)
+Run:  python3 tests/data/torch/make_tiny_bert.py (not in CI: the files it writes are committed)
 Writes into the directory of this script:
   tiny_bert_torchscript.onnx  (torch.onnx.export(..., dynamo=False, opset_version=17))
   tiny_bert_dynamo.onnx       (torch.onnx.export(..., dynamo=True, external_data=False))
@@ -18,8 +17,7 @@ torch.manual_seed(0), then every parameter overwritten with N(0, 0.02^2) (so no 
 initializers are identical and no bias is all zeros; both exporters deduplicate identical
 initializers), eval(). Input input_ids [1, 32] int64 in [0, 1000) drawn from the same RNG
 stream right after the parameters. Wrapper: forward(input_ids) -> last_hidden_state only.
-The exports are deliberately not run under torch.no_grad() (under it, torchvision's attention takes a fused
-path the TorchScript exporter cannot write).
+The exports are deliberately not run under torch.no_grad() (as for the other fixtures).
 """
 import ast
 import collections
@@ -58,6 +56,14 @@ class Wrap(torch.nn.Module):
         return self.bert(input_ids).last_hidden_state
 
 
+# Third fixture (added later; defined below Wrap on purpose: the dynamo export records the source
+# line of Wrap.forward in its stack-trace metadata, so nothing may be inserted above it or
+# tiny_bert_dynamo.onnx stops being byte-identical):
+#   tiny_bert_torchscript14.onnx  (torch.onnx.export(..., dynamo=False, opset_version=14), LayerNorm
+#   decomposed into ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div/Mul/Add; opset 13 fallback if 14 fails)
+TS14 = os.path.join(OUT, "tiny_bert_torchscript14.onnx")
+
+
 def build():
     torch.manual_seed(0)
     cfg = BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
@@ -77,6 +83,22 @@ def build():
     w = Wrap(m).eval()
     ids = torch.randint(0, 1000, (1, 32), dtype=torch.int64)
     return w, ids
+
+
+def export_ts14(w, ids):
+    """Third export, same model/weights/input, TorchScript exporter at opset 14 (13 as fallback).
+    Runs after export_both so the other two files are produced exactly as before."""
+    if os.path.exists(TS14):
+        os.remove(TS14)
+    for opset in (14, 13):
+        try:
+            torch.onnx.export(w, (ids,), TS14, dynamo=False, opset_version=opset,
+                              input_names=["input_ids"], output_names=["last_hidden_state"])
+            note(f"TorchScript export opset {opset} OK: {TS14}")
+            return
+        except Exception as e:
+            note(f"TorchScript export opset {opset} FAILED: {type(e).__name__}: {e}")
+            traceback.print_exc()
 
 
 def export_both(w, ids):
@@ -284,11 +306,12 @@ def analyse(path, feeds, out):
 def main():
     w, ids = build()
     export_both(w, ids)
+    export_ts14(w, ids)
     with torch.no_grad():
         ref = w(ids).numpy()
     feeds = {"input_ids": ids.numpy()}
     res = {"pytorch": ref}
-    for tag, p in (("torchscript", TS), ("dynamo", DY)):
+    for tag, p in (("torchscript", TS), ("dynamo", DY), ("torchscript14", TS14)):
         if not os.path.exists(p):
             continue
         try:
@@ -315,7 +338,7 @@ def main():
     out += [f"- {n}" for n in NOTES]
     out += ["", "## Output comparison (input_ids [1, 32] from the script; onnxruntime CPU, default optimizations)",
             ""] + cmp_lines
-    for p in (TS, DY):
+    for p in (TS, DY, TS14):
         if os.path.exists(p):
             try:
                 analyse(p, feeds, out)
