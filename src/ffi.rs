@@ -365,7 +365,8 @@ unsafe fn op_from_c(layer: &PmLayer) -> Result<Op, LayerError> {
         | LayerType::LayerNorm
         | LayerType::Softmax
         | LayerType::Transpose
-        | LayerType::Elementwise => {
+        | LayerType::Elementwise
+        | LayerType::Embedding => {
             unreachable!("pm_layer_type numbers only the first {C_LAYER_TYPES} layer types")
         }
     };

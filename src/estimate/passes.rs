@@ -294,6 +294,7 @@ fn is_memory_bound(t: LayerType) -> bool {
             | LayerType::ChannelSlice
             | LayerType::Transpose
             | LayerType::Elementwise
+            | LayerType::Embedding
             | LayerType::Softmax
             | LayerType::LayerNorm
     )

@@ -46,6 +46,7 @@ impl Op {
                 let k = inputs.first().and_then(|s| s.last()).copied().unwrap_or(0) as u64;
                 (plus_bias(k.checked_mul(*units as u64), *use_bias, *units as u64), "units")
             }
+            Op::Embedding { vocab, features } => (checked_product([*vocab as u64, *features as u64]), "vocab"),
             // The constant is a parameter (a position embedding is learned).
             Op::Elementwise { constant_shape, .. } => {
                 (checked_product(constant_shape.iter().map(|&d| d as u64)), "constant_shape")
@@ -125,6 +126,8 @@ impl LayerConfig {
             Op::LayerNorm { .. } => 8 * output_elems,
             Op::Softmax { .. } => Activation::Softmax.flops_per_element() * output_elems,
             Op::Elementwise { .. } => output_elems,
+            // A copy of one row per id: no arithmetic.
+            Op::Embedding { .. } => 0,
             Op::Flatten
             | Op::Reshape { .. }
             | Op::Concat { .. }

@@ -169,6 +169,16 @@ const TRANSPOSE: &[&[Column]] = &[
     COST,
 ];
 const ACTIVATION: &[&[Column]] = &[BATCH, SHAPES, ACTIVATIONS, COST];
+/// A table lookup: how many ids, the table's rows and the row's size (`width`).
+const EMBEDDING: &[&[Column]] = &[
+    BATCH,
+    &[
+        Number("ids", |l| l.inputs.first().map_or(0, |s| s.iter().product::<usize>()) as f64),
+        Number("vocab", |l| l.groups as f64),
+        Number("features", |l| l.width as f64),
+    ],
+    COST,
+];
 /// An element-wise operation with a constant: the shapes, the function one-hot (add, sub, mul, div; `width` is
 /// its place in [`crate::layer::ElementwiseFn::ALL`] plus one) and how many elements the constant has.
 const ELEMENTWISE: &[&[Column]] = &[
@@ -211,6 +221,7 @@ fn columns(ty: LayerType) -> &'static [&'static [Column]] {
         LayerType::Softmax => SOFTMAX,
         LayerType::Transpose => TRANSPOSE,
         LayerType::Elementwise => ELEMENTWISE,
+        LayerType::Embedding => EMBEDDING,
     }
 }
 
@@ -278,6 +289,7 @@ impl<'a> Layer<'a> {
                 (window, 0, 1, false)
             }
             Op::MatMul { units, use_bias } => (Window::default(), units.unwrap_or(0), 1, *use_bias),
+            Op::Embedding { vocab, features } => (Window::default(), *features, *vocab, false),
             Op::Elementwise { function, .. } => {
                 let place = crate::layer::ElementwiseFn::ALL.iter().position(|f| f == function).unwrap_or(0);
                 (Window::default(), place + 1, 1, false)

@@ -70,6 +70,9 @@ impl Op {
             LayerType::Transpose => {
                 read(obj, ty, |s: TransposeSpec| Ok(Op::Transpose { perm: s.perm.required("perm")? }))
             }
+            LayerType::Embedding => read(obj, ty, |s: EmbeddingSpec| {
+                Ok(Op::Embedding { vocab: s.vocab.required("vocab")?, features: s.features.required("features")? })
+            }),
             LayerType::Elementwise => read(obj, ty, |s: ElementwiseSpec| {
                 let name: String = s.function.required("function")?;
                 let function = ElementwiseFn::parse(&name).ok_or_else(|| {
@@ -102,6 +105,9 @@ impl Op {
             Op::LayerNorm { axis, epsilon } => write(LayerNormSpec { axis: given(*axis), epsilon: given(*epsilon) }),
             Op::Softmax { axis } => write(SoftmaxSpec { axis: given(*axis) }),
             Op::Transpose { perm } => write(TransposeSpec { perm: given(perm.clone()) }),
+            Op::Embedding { vocab, features } => {
+                write(EmbeddingSpec { vocab: given(*vocab), features: given(*features) })
+            }
             Op::Elementwise { function, constant_shape } => write(ElementwiseSpec {
                 function: given(function.as_str().to_string()),
                 constant_shape: given(constant_shape.clone()),
@@ -730,6 +736,13 @@ struct TransposeSpec {
 
 #[derive(Serialize, Deserialize, Default)]
 #[serde(default)]
+struct EmbeddingSpec {
+    vocab: Field<usize>,
+    features: Field<usize>,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+#[serde(default)]
 struct ElementwiseSpec {
     function: Field<String>,
     constant_shape: Field<Vec<usize>>,
@@ -800,6 +813,7 @@ mod tests {
             Op::Softmax { axis: 1 },
             Op::Transpose { perm: vec![1, 0, 2] },
             Op::Elementwise { function: ElementwiseFn::Div, constant_shape: vec![197, 1] },
+            Op::Embedding { vocab: 30522, features: 768 },
         ];
         assert_eq!(ops.len(), LayerType::ALL.len());
         for op in ops {

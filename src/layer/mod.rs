@@ -298,6 +298,12 @@ pub enum Op {
         function: ElementwiseFn,
         constant_shape: Shape,
     },
+    /// A lookup of `features` values per id in a table of `vocab` rows (a transformer's token embedding): the
+    /// input holds ids (any shape), the output one row per id (the input's shape plus `features`).
+    Embedding {
+        vocab: usize,
+        features: usize,
+    },
 }
 
 /// The arithmetic of an [`Op::Elementwise`] layer: input `function` constant.
@@ -365,10 +371,11 @@ pub enum LayerType {
     Softmax,
     Transpose,
     Elementwise,
+    Embedding,
 }
 
 impl LayerType {
-    pub const ALL: [LayerType; 25] = [
+    pub const ALL: [LayerType; 26] = [
         LayerType::Conv2d,
         LayerType::DepthwiseConv2d,
         LayerType::Dense,
@@ -395,6 +402,7 @@ impl LayerType {
         LayerType::Softmax,
         LayerType::Transpose,
         LayerType::Elementwise,
+        LayerType::Embedding,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -424,6 +432,7 @@ impl LayerType {
             LayerType::Softmax => "softmax",
             LayerType::Transpose => "transpose",
             LayerType::Elementwise => "elementwise",
+            LayerType::Embedding => "embedding",
         }
     }
 
@@ -481,6 +490,7 @@ impl Op {
             Op::Softmax { .. } => LayerType::Softmax,
             Op::Transpose { .. } => LayerType::Transpose,
             Op::Elementwise { .. } => LayerType::Elementwise,
+            Op::Embedding { .. } => LayerType::Embedding,
         }
     }
 

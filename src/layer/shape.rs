@@ -226,6 +226,10 @@ impl Op {
             }
             Op::Softmax { .. } => {}
             Op::Elementwise { constant_shape, .. } => at_most_max("constant_shape", constant_shape)?,
+            Op::Embedding { vocab, features } => {
+                positive("vocab", &[*vocab])?;
+                positive("features", &[*features])?;
+            }
             Op::Transpose { perm } => {
                 let mut seen = vec![false; perm.len()];
                 for &p in perm {
@@ -459,6 +463,11 @@ impl Op {
             Op::Softmax { axis } => {
                 resolve_axis(*axis, inputs[0].len())?;
                 inputs[0].clone()
+            }
+            Op::Embedding { features, .. } => {
+                let mut out = inputs[0].clone();
+                out.push(*features);
+                out
             }
             Op::Elementwise { constant_shape, .. } => {
                 let input = &inputs[0];

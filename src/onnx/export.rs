@@ -416,6 +416,17 @@ impl GraphBuilder {
                 let axis = crate::layer::resolve_axis(*axis, shapes[0].len()).map_err(|e| e.message)?;
                 self.node(name.to_string(), "Softmax", &[x], name, vec![attr_int("axis", axis as i64 + 1)]);
             }
+            Op::Embedding { vocab, features } => {
+                // The network's inputs are f32: ids in [0, vocab) from them (|x| · (vocab - 1), truncated), spread
+                // over the table as real token ids are.
+                let (abs, scaled, ids) = (format!("{name}/abs"), format!("{name}/scaled"), format!("{name}/ids"));
+                self.node(abs.clone(), "Abs", &[x], &abs, vec![]);
+                let top = self.const_f32(format!("{name}/top"), vec![], vec![(*vocab - 1) as f32]);
+                self.node(scaled.clone(), "Mul", &[&abs, &top], &scaled, vec![]);
+                self.node(ids.clone(), "Cast", &[&scaled], &ids, vec![attr_int("to", DataType::Int64 as i64)]);
+                let table = self.random(format!("{name}/table"), vec![*vocab as i64, *features as i64], *features);
+                self.node(name.to_string(), "Gather", &[&table, &ids], name, vec![attr_int("axis", 0)]);
+            }
             Op::Elementwise { function, constant_shape } => {
                 // A constant away from 0 (a divisor too), broadcast from the right over [N, ...input].
                 let count = constant_shape.iter().product::<usize>();

@@ -28,7 +28,8 @@
 //!   axis other than the channels' and `LayerNormalization` are those layers (axes counted from the end), as is
 //!   a layer norm written out before opset 17 (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, then a Mul by
 //!   the scale and an Add of the bias); a `Transpose` that keeps the batch first is one; an Add, Sub, Mul or Div
-//!   of a tensor and a constant is an `elementwise` layer.
+//!   of a tensor and a constant is an `elementwise` layer, and a `Gather` of the network's ids in a constant
+//!   table an `embedding`.
 //! - A symbolic batch dimension is fixed to 1; any other symbolic input dimension is an error.
 
 use crate::error::{Error, Result};
@@ -843,6 +844,25 @@ impl<'a> Importer<'a> {
                 }
                 // Counted from the end, as a transformer's attention names it (-1: over the keys).
                 Ok(Mapping::Layer(Op::Softmax { axis: axis - rank }))
+            }
+            // A lookup of ids in a constant table (a transformer's token embedding).
+            "Gather" => {
+                single()?;
+                let table = node
+                    .input
+                    .first()
+                    .and_then(|t| self.value(t))
+                    .ok_or("only a lookup in a constant table is supported")?;
+                if node.input.get(1).map(String::as_str) != Some(x) {
+                    return Err("only a lookup of the network's values in a constant table is supported".into());
+                }
+                if node.get_attr_opt::<i64>("axis").map_err(attr_err)?.unwrap_or(0) != 0 {
+                    return Err("only a lookup of a table's rows (axis 0) is supported".into());
+                }
+                let &[vocab, features] = table.shape() else {
+                    return Err(format!("only a 2-D table is supported (shape {:?})", table.shape()));
+                };
+                Ok(Mapping::Layer(Op::Embedding { vocab, features }))
             }
             "LayerNormalization" => {
                 single()?;
