@@ -313,7 +313,7 @@ impl Workload for TractWorkload {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layer::{Activation, Conv2d, Dense, DepthwiseConv2d, Op, Padding, Pool2d};
+    use crate::layer::{Activation, Conv2d, Dense, DepthwiseConv2d, ElementwiseFn, Op, Padding, Pool2d};
 
     fn executor() -> TractExecutor {
         TractExecutor::new(1).unwrap()
@@ -424,6 +424,28 @@ mod tests {
             LayerConfig::new(Op::Softmax { axis: 0 }, vec![image.clone()], 1),
             LayerConfig::new(Op::Transpose { perm: vec![1, 0, 2] }, vec![vec![10, 2, 8]], 2),
             LayerConfig::new(Op::Transpose { perm: vec![0, 2, 1] }, vec![vec![2, 10, 8]], 1),
+            // Constants broadcast from the right: a scalar scale, a position embedding, a mask over the keys.
+            LayerConfig::new(
+                Op::Elementwise { function: ElementwiseFn::Mul, constant_shape: vec![] },
+                vec![vec![2, 10, 10]],
+                2,
+            ),
+            LayerConfig::new(
+                Op::Elementwise { function: ElementwiseFn::Add, constant_shape: vec![10, 16] },
+                vec![vec![10, 16]],
+                1,
+            ),
+            LayerConfig::new(
+                Op::Elementwise { function: ElementwiseFn::Sub, constant_shape: vec![10] },
+                vec![vec![2, 10, 10]],
+                2,
+            ),
+            LayerConfig::new(
+                Op::Elementwise { function: ElementwiseFn::Div, constant_shape: vec![10, 1] },
+                vec![vec![10, 16]],
+                1,
+            ),
+            LayerConfig::new(Op::Embedding { vocab: 50, features: 16 }, vec![vec![10]], 2),
         ];
         for a in Activation::ALL {
             configs.push(LayerConfig::new(Op::Activation(a), vec![vec![10, 16]], 1));

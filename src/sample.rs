@@ -641,8 +641,9 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
 
 /// `config`, a convolution or depthwise convolution with a spatial window, padded `(window - 1) / 2` on every
 /// side instead (PyTorch's `padding=k//2`), on its own input or, with `at_pytorch_input`, on the input PyTorch
-/// gives such a layer (stride x the config's output, height and width), when that pads otherwise than `config`
-/// and still gives an output. With a bias, as every exported PyTorch convolution has one (its batch norm folded
+/// gives such a layer (stride x the config's output, height and width), when that pads or biases otherwise
+/// than `config` (a base padded symmetrically already, without a bias, gets its biased twin) and still gives an
+/// output. With a bias, as every exported PyTorch convolution has one (its batch norm folded
 /// in): the zoo's depthwise layers rarely do, and a depthwise model that had seen PyTorch's windows only without
 /// one put MobileNet v2's stride-2 depthwise layer at 15.6 ms with a bias against 3.0 ms without (measured: 3.0).
 fn symmetric_padding_variant(config: &LayerConfig, at_pytorch_input: bool) -> Option<LayerConfig> {
@@ -926,7 +927,8 @@ mod tests {
             SampleOptions { seed: 7, batch_sizes: vec![1, 2], layer_types: None, budget: AugmentBudget::default() };
         let (a, _) = sample(&nets, &opts).unwrap();
         // Symmetric-padding variants: a found (or depthwise-variant) spatial window on the same input, padded
-        // (window - 1) / 2 on every side, where the base resolves to another padding; stride-2 ones among them.
+        // (window - 1) / 2 on every side with a bias, where the base resolves to another padding or has none;
+        // stride-2 ones among them.
         let symmetric: Vec<&SampledConfig> =
             a.configs.iter().filter(|c| c.source == "augment:symmetric_padding").collect();
         assert!(symmetric.iter().any(|c| matches!(&c.config.op, Op::DepthwiseConv2d(d) if d.strides == [2, 2])));

@@ -66,12 +66,23 @@ fn a_transformer_block_runs_with_every_layer_named() {
 }
 
 /// tract runs a transformer's residual adds inside the products with a constant weight that feed them, whatever
-/// the other side (here the network's input): the estimate plans them there (with `zen4`'s models, which know
-/// the transformer layer types), and tract's own trace of the same block has the add's node doing the product.
+/// the other side (here the network's input), a scale of the scores inside their product, and the heads'
+/// transposes inside the products that read them: the estimate plans them there (with `zen4`'s models, which
+/// know the transformer layer types), and tract's own trace of the same block agrees.
 #[test]
 fn a_transformer_s_residual_adds_run_inside_the_products_where_tract_puts_them() {
     let dir = tempfile::tempdir().unwrap();
-    let block = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/vit_ti_block.json");
+    // The guide's ViT-Ti block with BERT's scale of the scores after the scores' product.
+    let mut net: serde_json::Value =
+        serde_json::from_str(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/vit_ti_block.json")))
+            .unwrap();
+    let layers = net["layers"].as_array_mut().unwrap();
+    let at = layers.iter().position(|l| l["name"] == "scores").unwrap() + 1;
+    let scale = serde_json::json!({"name": "scale", "type": "elementwise", "function": "mul", "constant_shape": []});
+    layers.insert(at, scale);
+    std::fs::write(dir.path().join("block.json"), net.to_string()).unwrap();
+    let block = dir.path().join("block.json");
+    let block = block.to_str().unwrap();
     let root = env!("CARGO_MANIFEST_DIR");
     let (models, collectors) = (format!("{root}/models"), format!("{root}/collectors"));
     let dirs = ["--models-dir", &models, "--collectors-dir", &collectors];
@@ -88,6 +99,12 @@ fn a_transformer_s_residual_adds_run_inside_the_products_where_tract_puts_them()
     for product in ["q", "k", "v", "fc1"] {
         assert!(!layer(product)["predictor"].as_str().unwrap().contains("+add"), "{json}");
     }
+    // The scale is the scores' epilogue; the heads' transposes are packed by the products reading them.
+    for (layer_name, owner) in
+        [("scale", "scores"), ("q_t", "scores"), ("k_t", "scores"), ("v_t", "ctx"), ("ctx_t", "proj")]
+    {
+        assert_eq!(layer(layer_name)["predictor"], format!("fused:{owner}"), "{json}");
+    }
     let args = ["bench", block, "--rounds", "1", "--warmup", "0", "--memory-trace", "trace.csv"];
     assert!(perfmodel(dir.path(), &args).status.success());
     let trace = std::fs::read_to_string(dir.path().join("trace.csv")).unwrap();
@@ -100,6 +117,12 @@ fn a_transformer_s_residual_adds_run_inside_the_products_where_tract_puts_them()
         assert!(!ops_of(product).iter().any(|op| op == "OptMatMul"), "{trace}");
     }
     assert!(ops_of("fc1").iter().any(|op| op == "OptMatMul"), "{trace}");
+    // As tract runs them: the scale's node is the scores' product, and the transposes have no node.
+    assert_eq!(ops_of("scale"), ["OptMatMul"], "{trace}");
+    assert!(!ops_of("scores").iter().any(|op| op == "OptMatMul"), "{trace}");
+    for transpose in ["q_t", "k_t", "v_t", "ctx_t"] {
+        assert!(ops_of(transpose).is_empty(), "{transpose}: {trace}");
+    }
 }
 
 #[test]

@@ -41,6 +41,9 @@ pub enum Fusion {
     Epilogue,
     /// A residual add computed inside the matrix product of a convolution feeding it.
     ResidualAdd,
+    /// A transpose the product reading it (directly or through a reshape) packs from the strided tensor: no
+    /// tensor and no node of its own.
+    Operand,
 }
 
 /// What the engine does with one layer.
@@ -167,6 +170,17 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         true
     }
 
+    /// Layers the engine folds into a matrix product of a transformer: per layer, the product that runs it, and
+    /// whether it is an operand the product packs ([`Fusion::Operand`]) rather than an epilogue. None by default.
+    fn folded_into_products(
+        &self,
+        net: &Network,
+        _analysis: &Analysis,
+        _consumers: &[u32],
+    ) -> Vec<Option<(usize, Fusion)>> {
+        vec![None; net.layers.len()]
+    }
+
     /// The concats the engine never builds: per layer, the first of the concat's readers that computes it
     /// part by part, and for each such reader the concat it reads. None by default.
     fn unbuilt_concats(&self, net: &Network, _analysis: &Analysis) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
@@ -236,6 +250,7 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
             if self.fuses_padding() { padding_fused_into(net, &analysis.sources, &consumers) } else { vec![None; n] };
         let (concat_read_by, reads_concat) = self.unbuilt_concats(net, analysis);
         let add_into = self.residual_adds(net, analysis, &consumers);
+        let folded = self.folded_into_products(net, analysis, &consumers);
         let mut fused_add_of: Vec<Option<usize>> = vec![None; n];
         for (add, fused) in add_into.iter().enumerate() {
             if let Some((conv, _)) = fused {
@@ -257,6 +272,8 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
                     Source::Input => conv,
                 };
                 inside(conv, via, Fusion::ResidualAdd)
+            } else if let Some((owner, fusion)) = folded[i] {
+                inside(owner, owner, fusion)
             } else if let Some((owner, via)) = self.epilogue_owner(net, &analysis.sources, &consumers, &roles, i) {
                 inside(owner, via, Fusion::Epilogue)
             } else {

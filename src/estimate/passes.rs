@@ -165,10 +165,21 @@ pub(super) fn predict(
     let total_flops = analysis.total_flops();
     let mut answers = Vec::with_capacity(net.layers.len());
     let mut uncovered = Vec::new();
+    // The time of the operands a product packs from a strided tensor (a transpose it reads): the packing does
+    // the transpose's work, so its product takes that time on (the transpose comes first in the network).
+    let mut operand_ms = vec![0.0f64; net.layers.len()];
     for (i, layer) in net.layers.iter().enumerate() {
         let kernel = match plan.role(i) {
             Role::Free => {
                 answers.push(Answer::without_work(AnsweredBy::Free));
+                continue;
+            }
+            Role::Inside { owner, fusion: Fusion::Operand, .. } => {
+                let (config, cost) = (analysis.config(i), &analysis.costs[i]);
+                let prediction =
+                    estimator.predict(config, &analysis.output_shapes[i], cost).map_err(|e| layer_error(net, i, e))?;
+                operand_ms[owner] += prediction.map_or(0.0, |p| p.latency_ms);
+                answers.push(Answer::without_work(AnsweredBy::Fused { into: net.layers[owner].name.clone() }));
                 continue;
             }
             Role::Inside { owner, .. } => {
@@ -185,7 +196,7 @@ pub(super) fn predict(
         let answer = match prediction {
             Some(p) => {
                 let held = p.held(config, cost, rules);
-                let mut latency_ms = p.latency_ms;
+                let mut latency_ms = p.latency_ms + operand_ms[i];
                 let mut fused_add = None;
                 if let Some(add) = kernel.fused_add {
                     // The add runs inside this layer's product: its work is part of this layer's time.

@@ -47,7 +47,7 @@ impl Op {
                 (plus_bias(k.checked_mul(*units as u64), *use_bias, *units as u64), "units")
             }
             Op::Embedding { vocab, features } => (checked_product([*vocab as u64, *features as u64]), "vocab"),
-            // The constant is a parameter (a position embedding is learned).
+            // The constant counts as parameters (a position embedding is learned; a scale is one number).
             Op::Elementwise { constant_shape, .. } => {
                 (checked_product(constant_shape.iter().map(|&d| d as u64)), "constant_shape")
             }

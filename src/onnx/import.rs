@@ -785,7 +785,9 @@ impl<'a> Importer<'a> {
                 if node.op_type == "Add" && dynamic.len() == 1 && self.is_bias_free_dense(x, built) {
                     let units = in_shape[in_shape.len() - 1];
                     let bias = node.input.iter().find(|s| s.as_str() != x).and_then(|b| self.value(b));
-                    if bias.is_some_and(|b| b.len() == units) && out_shape == in_shape {
+                    // One value per unit, along the last axis (not a per-row constant of the same length).
+                    let per_unit = |b: &Tensor| b.len() == units && b.shape().last() == Some(&units);
+                    if bias.is_some_and(|b| per_unit(&b)) && out_shape == in_shape {
                         return Ok(Mapping::FuseBias(x.to_string()));
                     }
                 }
@@ -838,8 +840,8 @@ impl<'a> Importer<'a> {
                 if axis == 1 {
                     return act(Activation::Softmax);
                 }
-                if axis <= 0 || axis >= rank || self.opset < 13 {
-                    // Before opset 13 Softmax flattens the axes from `axis` on: not one axis.
+                if axis <= 0 || axis >= rank || (self.opset < 13 && axis != rank - 1) {
+                    // Before opset 13 Softmax flattens the axes from `axis` on: one axis only when it is the last.
                     return Err(format!("only softmax over one axis other than the batch is supported (axis {axis})"));
                 }
                 // Counted from the end, as a transformer's attention names it (-1: over the keys).

@@ -579,7 +579,7 @@ pub fn train_device(
 /// and outputs (see [`KnownPart`]), with the weights as tract packs them here on a host engine; latency and
 /// power have no such known part. Latency of the layers whose time follows their arithmetic (conv2d, depthwise,
 /// dense) is also tried per FLOP, and of the memory-bound sliding windows and element-wise layers (pooling,
-/// activation, batch norm) per input element; with [`HostEngine::LayoutsAndTiles`], conv2d and dense latency are also tried with the engine's
+/// activation, batch norm) per input element; with [`HostEngine::LayoutsAndTiles`], conv2d, dense and matmul latency are also tried with the engine's
 /// features appended ([`EngineFeatures`]), alone and per FLOP. Cross-validation decides.
 pub fn candidates_for(
     candidates: &[Candidate],

@@ -3,10 +3,10 @@
 //! A rule here is decided on the graph, not on the instruction set: the same rewrite happens on every machine
 //! tract runs on, so a device's models trained with tract take these rules wherever the estimate runs.
 
-use super::{fuses_into_kernel, EngineRules};
+use super::{fuses_into_kernel, EngineRules, Fusion};
 use crate::engine::packing::{conv_lowering, tract_plan_bytes, ConvLowering};
 use crate::estimate::memory::BYTES_PER_ELEMENT;
-use crate::layer::{Activation, LayerConfig, LayerCost, Op};
+use crate::layer::{Activation, ElementwiseFn, LayerConfig, LayerCost, Op};
 use crate::network::{Analysis, Network, Source};
 
 /// tract's rules.
@@ -187,6 +187,59 @@ impl EngineRules for Tract {
             };
         }
         into
+    }
+
+    /// What tract does to a transformer's attention (traced on its plans of ViT and BERT blocks): a multiply or
+    /// divide by a scalar right after a product of two tensors that only it reads (BERT's scale of the scores)
+    /// becomes the product's epilogue (the scale's node is the `OptMatMul`, the product's own only packs), and a
+    /// transpose whose only reader is a product, directly or through a reshape that only it reads (the heads
+    /// brought to the front, and back before the output projection), has no node at all: the product packs its
+    /// operand from the strided tensor.
+    fn folded_into_products(
+        &self,
+        net: &Network,
+        analysis: &Analysis,
+        consumers: &[u32],
+    ) -> Vec<Option<(usize, Fusion)>> {
+        let n = net.layers.len();
+        let mut folded = vec![None; n];
+        if !net.layers.iter().any(|l| matches!(l.op, Op::MatMul { .. })) {
+            return folded;
+        }
+        let mut reader: Vec<Option<usize>> = vec![None; n];
+        for (i, srcs) in analysis.sources.iter().enumerate() {
+            for s in srcs {
+                if let Source::Layer(j) = s {
+                    reader[*j] = Some(i);
+                }
+            }
+        }
+        let only_reader = |j: usize| reader[j].filter(|_| consumers[j] == 1);
+        for (i, layer) in net.layers.iter().enumerate() {
+            match &layer.op {
+                Op::Elementwise { function: ElementwiseFn::Mul | ElementwiseFn::Div, constant_shape }
+                    if constant_shape.iter().product::<usize>() == 1 =>
+                {
+                    if let [Source::Layer(j)] = analysis.sources[i].as_slice() {
+                        let product = matches!(net.layers[*j].op, Op::MatMul { units: None, .. });
+                        if product && only_reader(*j) == Some(i) {
+                            folded[i] = Some((*j, Fusion::Epilogue));
+                        }
+                    }
+                }
+                Op::Transpose { .. } => {
+                    let Some(r) = only_reader(i) else { continue };
+                    let owner = match &net.layers[r].op {
+                        Op::MatMul { .. } => Some(r),
+                        Op::Reshape { .. } => only_reader(r).filter(|&m| matches!(net.layers[m].op, Op::MatMul { .. })),
+                        _ => None,
+                    };
+                    folded[i] = owner.map(|o| (o, Fusion::Operand));
+                }
+                _ => {}
+            }
+        }
+        folded
     }
 
     /// Packed weights (when the memory model knows them) and the tables tract's plan keeps for the whole run;

@@ -591,9 +591,6 @@ pub fn models_fingerprint(manifest: &Manifest) -> String {
     crate::train::store::hex(&h.finalize())
 }
 
-/// The residual-add term (ms per MiB of add output): the least-squares slope through the origin of the fused
-/// convolutions' extra time (measured - predicted) on their add's MiB, over every usable point; 0 with fewer than
-/// [`MIN_RESIDUAL_ADDS`] points or when the slope is not positive (such adds then cost what the models say).
 /// The matmul term: the fraction a product with a constant weight takes more in a network than its prediction
 /// (measured alone), fitted on their relative errors (least squares of `1 - (1 + f) · predicted / measured`),
 /// with at least [`MIN_MATMUL_LAYERS`] of them, else 0. Looped alone, a product finds its input and weights in
@@ -618,6 +615,9 @@ fn fit_matmul_extra(networks: &[CalibrationPoint]) -> f64 {
     }
 }
 
+/// The residual-add term (ms per MiB of add output): the least-squares slope through the origin of the fused
+/// convolutions' extra time (measured - predicted) on their add's MiB, over every usable point; 0 with fewer than
+/// [`MIN_RESIDUAL_ADDS`] points or when the slope is not positive (such adds then cost what the models say).
 fn fit_residual_adds(networks: &[CalibrationPoint]) -> f64 {
     let points: Vec<&ResidualAddPoint> =
         networks.iter().flat_map(|p| &p.residual_adds).filter(|r| r.is_usable()).collect();
