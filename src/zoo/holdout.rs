@@ -74,7 +74,7 @@ pub const YOLO_TINY_BACKBONE_PARAMS: u64 = 7_874_159;
 
 /// A ShuffleNet-v1-like network (Zhang et al. 2018, groups = 3): grouped 1x1 convolutions around a depthwise 3x3,
 /// with stride-2 units concatenating an average-pooled shortcut. Channel shuffle is a pure permutation and is
-/// left out (perfmodel has no transpose layer).
+/// left out: the network predates the `channel_shuffle` layer, and stays as every device was validated on it.
 pub fn shufflenet_like() -> Network {
     let mut b = Builder::new("shufflenet_like", vec![3, 224, 224]);
     b.conv("conv1", conv(24, 3).stride(2).same().no_bias());
