@@ -7,7 +7,9 @@ use perfmodel::onnx::export_network;
 use perfmodel::{Layer, Network};
 use prost::Message;
 use std::path::Path;
-use tract_onnx::pb::{attribute_proto::AttributeType, AttributeProto, ModelProto};
+use tract_onnx::pb::{
+    attribute_proto::AttributeType, AttributeProto, ModelProto, NodeProto, TensorProto, ValueInfoProto,
+};
 
 mod common;
 use common::{perfmodel, stderr};
@@ -549,4 +551,38 @@ fn a_bert_encoder_from_both_exporters_imports_and_runs() {
     for (t, n) in script.iter().filter(|(t, _)| **t != "elementwise") {
         assert_eq!(dynamo.get(t), Some(n), "{t}: {script:?} against {dynamo:?}");
     }
+}
+
+/// One token of a sequence (a `Gather` of a constant index on the first axis after the batch: BERT's pooler, a
+/// ViT's class token) imports as a slice of that axis and a reshape that drops it, and tract runs it.
+#[test]
+fn one_token_of_a_sequence_imports_as_a_slice_and_runs() {
+    let mut net = Network::new("pick", vec![8, 16]);
+    net.layers = vec![Layer::new("fc", Op::MatMul { units: Some(16), use_bias: true })];
+    let mut model = export_network(&net).unwrap().model;
+    let graph = model.graph.as_mut().unwrap();
+    let produced = graph.output[0].name.clone();
+    let index = TensorProto { name: "index".into(), data_type: 7, int64_data: vec![-1], ..Default::default() };
+    graph.initializer.push(index);
+    let axis = AttributeProto { name: "axis".into(), r#type: AttributeType::Int as i32, i: 1, ..Default::default() };
+    graph.node.push(NodeProto {
+        name: "pick".into(),
+        op_type: "Gather".into(),
+        input: vec![produced, "index".into()],
+        output: vec!["token".into()],
+        attribute: vec![axis],
+        ..Default::default()
+    });
+    graph.output[0] = ValueInfoProto { name: "token".into(), ..Default::default() };
+    let dir = tempfile::tempdir().unwrap();
+    write_model(dir.path(), "pick.onnx", &model);
+    let out = perfmodel(dir.path(), &["import-onnx", "pick.onnx", "-o", "net.json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let back = Network::load(dir.path().join("net.json")).unwrap();
+    assert_eq!(layer_types(&back), ["matmul", "channel_slice", "reshape"]);
+    // The last token (index -1 of 8).
+    assert_eq!(back.layers[1].op, Op::ChannelSlice { start: 7, end: 8 });
+    assert_eq!(back.analyze().unwrap().output_shapes[2], vec![16]);
+    let out = perfmodel(dir.path(), &["bench", "net.json", "--rounds", "1", "--warmup", "0"]);
+    assert!(out.status.success(), "{}", stderr(&out));
 }

@@ -500,7 +500,10 @@ impl Op {
                 perm.iter().map(|&p| inputs[0][p]).collect()
             }
             Op::ChannelSlice { start, end } => {
-                let channels = image(inputs, "channel_slice")?[0];
+                // The first axis (channels of an image, tokens of a sequence).
+                let Some(&channels) = inputs[0].first() else {
+                    return Err(LayerError::new(Some("inputs"), "channel_slice needs an input of rank 1 or more"));
+                };
                 if *end > channels {
                     return Err(LayerError::at("end", format!("{end} is beyond the input's {channels} channels")));
                 }

@@ -28,8 +28,9 @@
 //!   axis other than the channels' and `LayerNormalization` are those layers (axes counted from the end), as is
 //!   a layer norm written out before opset 17 (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, then a Mul by
 //!   the scale and an Add of the bias); a `Transpose` that keeps the batch first is one; an Add, Sub, Mul or Div
-//!   of a tensor and a constant is an `elementwise` layer, and a `Gather` of the network's ids in a constant
-//!   table an `embedding`.
+//!   of a tensor and a constant is an `elementwise` layer, a `Gather` of the network's ids in a constant table
+//!   an `embedding`, and a `Gather` of one element of the first axis after the batch (a class token) a
+//!   `channel_slice` and a `reshape` that drops the axis.
 //! - A symbolic batch dimension is fixed to 1; any other symbolic input dimension is an error.
 
 use crate::error::{Error, Result};
@@ -78,6 +79,8 @@ enum Mapping {
     GlobalPool(Op),
     /// One layer per output of the node, each consuming its non-constant input.
     Layers(Vec<Op>),
+    /// Layers one after another, the first consuming the node's input, the last producing its output.
+    Chain(Vec<Op>),
 }
 
 struct Importer<'a> {
@@ -250,6 +253,18 @@ impl<'a> Importer<'a> {
             match mapping {
                 Ok(Mapping::Layer(op)) => {
                     built.add(base_name, op, sources, outputs[0]);
+                }
+                Ok(Mapping::Chain(ops)) => {
+                    let (count, mut input) = (ops.len(), sources.clone());
+                    for (k, op) in ops.into_iter().enumerate() {
+                        // The intermediate tensors have no ONNX name (no shape of tract's to check them against).
+                        let (name, tensor) = if k + 1 == count {
+                            (base_name.clone(), outputs[0].clone())
+                        } else {
+                            (format!("{base_name}/step{k}"), format!("{}#step{k}", outputs[0]))
+                        };
+                        input = vec![built.add(name, op, input, &tensor)];
+                    }
                 }
                 Ok(Mapping::Layers(ops)) => {
                     for (k, (op, out)) in ops.into_iter().zip(&outputs).enumerate() {
@@ -846,6 +861,26 @@ impl<'a> Importer<'a> {
                 }
                 // Counted from the end, as a transformer's attention names it (-1: over the keys).
                 Ok(Mapping::Layer(Op::Softmax { axis: axis - rank }))
+            }
+            // One element of the first axis after the batch (a sequence's class token: BERT's pooler, a ViT's
+            // head): a slice of it, then the axis dropped.
+            "Gather" if node.input.first().map(String::as_str) == Some(x) => {
+                single()?;
+                let axis = node.get_attr_opt::<i64>("axis").map_err(attr_err)?.unwrap_or(0);
+                let axis = if axis < 0 { axis + in_shape.len() as i64 } else { axis };
+                let index = node.input.get(1).and_then(|i| self.value(i)).ok_or("the index is not constant")?;
+                if axis != 1 || index.rank() != 0 {
+                    return Err("only a single element of the first axis after the batch is supported".into());
+                }
+                let at = ints(&index).map_err(attr_err)?[0];
+                let length = in_shape[1] as i64;
+                let at = if at < 0 { at + length } else { at };
+                if !(0..length).contains(&at) {
+                    return Err(format!("index {at} is outside the axis of {length}"));
+                }
+                let slice = Op::ChannelSlice { start: at as usize, end: at as usize + 1 };
+                let target_shape = out_shape[1..].iter().map(|&d| d as i64).collect();
+                Ok(Mapping::Chain(vec![slice, Op::Reshape { target_shape }]))
             }
             // A lookup of ids in a constant table (a transformer's token embedding).
             "Gather" => {
