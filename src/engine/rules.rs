@@ -369,6 +369,19 @@ pub fn fuses_into_kernel(a: Activation) -> bool {
     matches!(a, Activation::Linear | Activation::Relu | Activation::Relu6 | Activation::LeakyRelu)
 }
 
+/// The one layer reading each layer's output, `None` for a layer read by none or by several.
+pub fn single_readers(sources: &[Vec<Source>], consumers: &[u32]) -> Vec<Option<usize>> {
+    let mut reader = vec![None; consumers.len()];
+    for (i, srcs) in sources.iter().enumerate() {
+        for s in srcs {
+            if let Source::Layer(j) = s {
+                reader[*j] = (consumers[*j] == 1).then_some(i);
+            }
+        }
+    }
+    reader
+}
+
 /// How many layers read each layer's output.
 pub fn consumers(sources: &[Vec<Source>], n: usize) -> Vec<u32> {
     let mut consumers = vec![0u32; n];

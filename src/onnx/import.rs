@@ -213,6 +213,24 @@ impl<'a> Importer<'a> {
         self.consumers.get(tensor).copied().unwrap_or(0)
     }
 
+    /// The node producing `tensor` if it is an `op` node and `tensor` has exactly `readers` readers.
+    fn produced_by(&self, tensor: &str, op: &str, readers: usize) -> Option<usize> {
+        let &n = self.producer.get(tensor)?;
+        (self.graph.node[n].op_type == op && self.consumers(tensor) == readers).then_some(n)
+    }
+
+    /// The axes a reduction node reduces: its `axes` attribute or, since opset 18, its second input (constant);
+    /// empty when it names none.
+    fn reduction_axes(&self, node: &NodeProto) -> std::result::Result<Vec<i64>, String> {
+        Ok(match node.get_attr_opt_vec::<i64>("axes").map_err(|e| format!("{e:#}"))? {
+            Some(axes) => axes,
+            None => match node.input.get(1).filter(|a| !a.is_empty()) {
+                Some(a) => ints(&*self.value(a).ok_or("the axes are not constant")?).map_err(|e| format!("{e:#}"))?,
+                None => Vec::new(),
+            },
+        })
+    }
+
     fn run(self, default_name: &str, allow_unsupported: bool) -> Result<Network> {
         let gates = self.gate_patterns();
         let mut built = Built::new(&self.input_name);
@@ -430,11 +448,7 @@ impl<'a> Importer<'a> {
     /// the scale's Mul and the bias's Add each optional. `last` is the index of its final node: the normalised
     /// tensor `x`, the layer, and the inner nodes to absorb.
     fn layer_norm_ending_at(&self, last: usize) -> Option<(String, Op, Vec<usize>)> {
-        // The producer of `t` if it is an `op` node and `t` has `readers` readers.
-        let from = |t: &str, op: &str, readers: usize| {
-            let &n = self.producer.get(t)?;
-            (self.graph.node[n].op_type == op && self.consumers(t) == readers).then_some(n)
-        };
+        let from = |t: &str, op: &str, readers: usize| self.produced_by(t, op, readers);
         // The operand of a binary node that is not constant, when the other one is.
         let dynamic_of = |node: &NodeProto| -> Option<String> {
             let [a, b] = node.input.as_slice() else { return None };
@@ -489,11 +503,7 @@ impl<'a> Importer<'a> {
         }
         let rank = self.shape(x)?.len() as i64;
         let axes = |n: usize| -> Option<Vec<i64>> {
-            let node = &self.graph.node[n];
-            let axes = match node.get_attr_opt_vec::<i64>("axes").ok()? {
-                Some(axes) => axes,
-                None => ints(&*self.value(node.input.get(1)?)?).ok()?,
-            };
+            let axes = self.reduction_axes(&self.graph.node[n]).ok()?;
             let mut axes: Vec<i64> = axes.iter().map(|&a| if a < 0 { a + rank } else { a }).collect();
             axes.sort_unstable();
             Some(axes)
@@ -506,7 +516,7 @@ impl<'a> Importer<'a> {
         if !trailing.iter().copied().eq(trailing[0]..rank) {
             return None;
         }
-        let epsilon = epsilon.to_string().parse::<f64>().ok()?;
+        let epsilon = shortest_decimal(epsilon);
         parts.extend([sub, sqrt, add_eps, var_mean, pow, mean_node]);
         Some((x.clone(), Op::LayerNorm { axis: trailing[0] - rank, epsilon }, parts))
     }
@@ -550,11 +560,7 @@ impl<'a> Importer<'a> {
     fn gelu_ending_at(&self, last: &NodeProto) -> Option<(String, Vec<usize>)> {
         let constant =
             |t: &str, v: f32| self.value(t).and_then(|c| scalar_f32(&c).ok()).is_some_and(|c| (c - v).abs() < 1e-4);
-        // The producer of `t` if it is an `op` node and `t` has no other reader.
-        let single_use = |t: &str, op: &str| {
-            let &n = self.producer.get(t)?;
-            (self.graph.node[n].op_type == op && self.consumers(t) == 1).then_some(n)
-        };
+        let single_use = |t: &str, op: &str| self.produced_by(t, op, 1);
         if last.op_type != "Mul" || last.input.len() != 2 {
             return None;
         }
@@ -770,14 +776,7 @@ impl<'a> Importer<'a> {
             // `adaptive_avg_pool2d(x, 1)` and `x.mean((2, 3))` so).
             "ReduceMean" | "ReduceMax" if in_shape.len() == 4 => {
                 single()?;
-                let axes = match node.get_attr_opt_vec::<i64>("axes").map_err(attr_err)? {
-                    Some(axes) => axes,
-                    // Since opset 18 the axes are an input.
-                    None => match node.input.get(1).filter(|a| !a.is_empty()) {
-                        Some(a) => ints(&*self.value(a).ok_or("the axes are not constant")?).map_err(attr_err)?,
-                        None => Vec::new(),
-                    },
-                };
+                let axes = self.reduction_axes(node)?;
                 let mut spatial: Vec<i64> = axes.iter().map(|&a| if a < 0 { a + 4 } else { a }).collect();
                 spatial.sort_unstable();
                 if spatial != [2, 3] {
@@ -910,8 +909,7 @@ impl<'a> Importer<'a> {
                     return Err(format!("only a normalisation over axes after the batch is supported (axis {axis})"));
                 }
                 let epsilon = node.get_attr_opt::<f32>("epsilon").map_err(attr_err)?.unwrap_or(1e-5);
-                // The shortest decimal that reads back as the stored f32 (1e-6, not 9.99999997e-7).
-                let epsilon = epsilon.to_string().parse::<f64>().map_err(|e| e.to_string())?;
+                let epsilon = shortest_decimal(epsilon);
                 Ok(Mapping::Layer(Op::LayerNorm { axis: axis - rank, epsilon }))
             }
             "Transpose" => {
@@ -1199,6 +1197,12 @@ struct Gates {
     shuffles: HashMap<usize, (String, usize)>,
     /// The last node of a layer norm written out in elementary ops → (the normalised tensor, the layer).
     norms: HashMap<usize, (String, Op)>,
+}
+
+/// `v` as the shortest decimal that reads back as the same f32 (an epsilon of 1e-6, not 9.99999997e-7).
+fn shortest_decimal(v: f32) -> f64 {
+    // f32's Display always writes something f64 parses (NaN and inf included).
+    v.to_string().parse::<f64>().unwrap_or(f64::from(v))
 }
 
 /// `HardSigmoid(alpha = 1/6, beta = 0.5)` is the gate of hard swish.

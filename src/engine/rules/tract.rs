@@ -3,7 +3,7 @@
 //! A rule here is decided on the graph, not on the instruction set: the same rewrite happens on every machine
 //! tract runs on, so a device's models trained with tract take these rules wherever the estimate runs.
 
-use super::{fuses_into_kernel, EngineRules, Fusion};
+use super::{fuses_into_kernel, single_readers, EngineRules, Fusion};
 use crate::engine::packing::{conv_lowering, tract_plan_bytes, ConvLowering};
 use crate::estimate::memory::BYTES_PER_ELEMENT;
 use crate::layer::{Activation, ElementwiseFn, LayerConfig, LayerCost, Op};
@@ -103,14 +103,7 @@ impl EngineRules for Tract {
         if !net.layers.iter().any(|l| matches!(l.op, Op::Add)) {
             return into;
         }
-        let mut single_reader: Vec<Option<usize>> = vec![None; n];
-        for (i, srcs) in analysis.sources.iter().enumerate() {
-            for s in srcs {
-                if let Source::Layer(j) = s {
-                    single_reader[*j] = (consumers[*j] == 1).then_some(i);
-                }
-            }
-        }
+        let single_reader = single_readers(&analysis.sources, consumers);
         // Back from an input of the add, through what the product takes in (an activation it applies, a batch
         // norm folded into a linear convolution), each read by the next alone, to an ungrouped convolution.
         let conv_of = |mut j: usize| -> Option<usize> {
@@ -206,15 +199,7 @@ impl EngineRules for Tract {
         if !net.layers.iter().any(|l| matches!(l.op, Op::MatMul { .. })) {
             return folded;
         }
-        let mut reader: Vec<Option<usize>> = vec![None; n];
-        for (i, srcs) in analysis.sources.iter().enumerate() {
-            for s in srcs {
-                if let Source::Layer(j) = s {
-                    reader[*j] = Some(i);
-                }
-            }
-        }
-        let only_reader = |j: usize| reader[j].filter(|_| consumers[j] == 1);
+        let only_reader = single_readers(&analysis.sources, consumers);
         for (i, layer) in net.layers.iter().enumerate() {
             match &layer.op {
                 Op::Elementwise { function: ElementwiseFn::Mul | ElementwiseFn::Div, constant_shape }
@@ -222,16 +207,16 @@ impl EngineRules for Tract {
                 {
                     if let [Source::Layer(j)] = analysis.sources[i].as_slice() {
                         let product = matches!(net.layers[*j].op, Op::MatMul { units: None, .. });
-                        if product && only_reader(*j) == Some(i) {
+                        if product && only_reader[*j] == Some(i) {
                             folded[i] = Some((*j, Fusion::Epilogue));
                         }
                     }
                 }
                 Op::Transpose { .. } => {
-                    let Some(r) = only_reader(i) else { continue };
+                    let Some(r) = only_reader[i] else { continue };
                     let owner = match &net.layers[r].op {
                         Op::MatMul { .. } => Some(r),
-                        Op::Reshape { .. } => only_reader(r).filter(|&m| matches!(net.layers[m].op, Op::MatMul { .. })),
+                        Op::Reshape { .. } => only_reader[r].filter(|&m| matches!(net.layers[m].op, Op::MatMul { .. })),
                         _ => None,
                     };
                     folded[i] = owner.map(|o| (o, Fusion::Operand));

@@ -234,10 +234,11 @@ fn calibration_point(
         })
         .collect();
     let weight_mib = costs.iter().map(|c| c.weight_elems * BYTES_PER_ELEMENT).sum::<u64>() as f64 / MIB;
-    // Convolutions that compute a residual add: their node's time and the add's (0 when tract fused it).
-    let residual_adds = residual_add_points(net, estimate, measured, &costs, to_nominal);
-    // Products with a constant weight: their node's time and a fused add's (whose node tract names after the add).
+    // Layers by name: a fused add is named by the layer whose product computes it.
     let index: HashMap<&str, usize> = net.layers.iter().enumerate().map(|(i, l)| (l.name.as_str(), i)).collect();
+    // Convolutions that compute a residual add: their node's time and the add's (0 when tract fused it).
+    let residual_adds = residual_add_points(net, &index, estimate, measured, &costs, to_nominal);
+    // Products with a constant weight: their node's time and a fused add's (whose node tract names after the add).
     let matmul_layers = estimate
         .layers
         .iter()
@@ -279,12 +280,12 @@ fn calibration_point(
 /// together.
 fn residual_add_points(
     net: &Network,
+    index: &HashMap<&str, usize>,
     estimate: &Estimate,
     measured: &NetworkProfile,
     costs: &[LayerCost],
     to_nominal: f64,
 ) -> Vec<ResidualAddPoint> {
-    let index: HashMap<&str, usize> = net.layers.iter().enumerate().map(|(i, l)| (l.name.as_str(), i)).collect();
     let mut points = Vec::new();
     for (conv, e) in estimate.layers.iter().enumerate() {
         let Some(add) = e.predictor.fused_add().and_then(|name| index.get(name).copied()) else {
