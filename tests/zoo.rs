@@ -118,25 +118,19 @@ fn export_writes_loadable_networks_and_holdouts_apart() {
         let net = Network::load(dir.path().join("out").join(format!("{}.json", e.name))).unwrap();
         assert_eq!(net, (e.build)(), "{}", e.name);
     }
-    for e in zoo::holdout() {
-        let path = dir.path().join("out/holdout").join(format!("{}.json", e.name));
-        assert_eq!(Network::load(&path).unwrap(), (e.build)(), "{}", e.name);
-        assert!(!dir.path().join("out").join(format!("{}.json", e.name)).exists());
-    }
-    for e in zoo::calibration() {
-        let path = dir.path().join("out/calibration").join(format!("{}.json", e.name));
-        assert_eq!(Network::load(&path).unwrap(), (e.build)(), "{}", e.name);
-        assert!(!dir.path().join("out").join(format!("{}.json", e.name)).exists());
-    }
-    for e in zoo::transformers() {
-        let path = dir.path().join("out/transformers").join(format!("{}.json", e.name));
-        assert_eq!(Network::load(&path).unwrap(), (e.build)(), "{}", e.name);
-        assert!(!dir.path().join("out").join(format!("{}.json", e.name)).exists());
-    }
-    for e in zoo::transformer_holdout() {
-        let path = dir.path().join("out/holdout/transformers").join(format!("{}.json", e.name));
-        assert_eq!(Network::load(&path).unwrap(), (e.build)(), "{}", e.name);
-        assert!(!dir.path().join("out/transformers").join(format!("{}.json", e.name)).exists());
+    // Each set in its own directory, and not in the one it must stay out of.
+    let sets = [
+        (zoo::holdout(), "out/holdout", "out"),
+        (zoo::calibration(), "out/calibration", "out"),
+        (zoo::transformers(), "out/transformers", "out"),
+        (zoo::transformer_holdout(), "out/holdout/transformers", "out/transformers"),
+    ];
+    for (entries, written, not_in) in sets {
+        for e in entries {
+            let path = dir.path().join(written).join(format!("{}.json", e.name));
+            assert_eq!(Network::load(&path).unwrap(), (e.build)(), "{}", e.name);
+            assert!(!dir.path().join(not_in).join(format!("{}.json", e.name)).exists(), "{}", e.name);
+        }
     }
     let list = ok(&perfmodel(dir.path(), &["zoo", "list"]));
     assert!(list.contains("resnet50") && list.contains("25636712") && list.contains("holdout"), "{list}");
