@@ -672,6 +672,67 @@ impl CalibrateSetup {
     }
 }
 
+/// `calibrate --refit` runs nothing: it estimates the recorded networks anew with the device's models and fits
+/// the recorded measurements, which it keeps (same models, same machine: the same fit). A calibration it cannot
+/// refit (none, a network the zoo does not have, models describing another machine's engine without
+/// --allow-other-machine) is refused with exit code 2 and left as it was.
+#[test]
+fn calibrate_refit_fits_the_recorded_measurements_without_running_anything() {
+    let setup = CalibrateSetup::new();
+    let (dir, device, models) = (&setup.dir, setup.device.as_str(), &setup.models);
+    let mut args = setup.args();
+    args.extend(["--format", "json"]);
+    let calibrated = json_of(&perfmodel(dir.path(), &args));
+    let mut refit_args =
+        vec!["calibrate", "--refit", "--device", device, "--models-dir", "models", "--collectors-dir", "collectors"];
+    if !setup.trained_here {
+        refit_args.push("--allow-other-machine");
+    }
+    refit_args.extend(["--format", "json"]);
+    let refit = || perfmodel(dir.path(), &refit_args);
+    let first = json_of(&refit());
+    assert_eq!(first["measured"], calibrated["created"], "{first}");
+    for field in ["correction", "networks", "models_fingerprint", "engine_structure", "machine_speed_ratio"] {
+        assert_eq!(first[field], calibrated[field], "{field}");
+    }
+    // The fit follows the recorded measurements: a MiB more measured in every network, a larger memory term.
+    let mut more = first.clone();
+    for n in more["networks"].as_array_mut().unwrap() {
+        n["measured_peak_memory_mib"] = (n["measured_peak_memory_mib"].as_f64().unwrap() + 1.0).into();
+    }
+    std::fs::write(models.join("calibration.json"), serde_json::to_vec_pretty(&more).unwrap()).unwrap();
+    let second = json_of(&refit());
+    let fixed = |v: &Value| v["correction"]["memory_fixed_mib"].as_f64().unwrap();
+    assert!(fixed(&second) > fixed(&first) + 0.5, "{} then {}", fixed(&first), fixed(&second));
+    assert_eq!(second["measured"], calibrated["created"], "still dated by the runs");
+    // A network the zoo does not have: refused by name, the file untouched.
+    let mut foreign = second.clone();
+    foreign["networks"][0]["network"] = "not_in_the_zoo".into();
+    let text = serde_json::to_vec_pretty(&foreign).unwrap();
+    std::fs::write(models.join("calibration.json"), &text).unwrap();
+    let stderr = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
+    let out = refit();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("'not_in_the_zoo'"), "{}", stderr(&out));
+    assert_eq!(std::fs::read(models.join("calibration.json")).unwrap(), text);
+    // No calibration at all.
+    std::fs::remove_file(models.join("calibration.json")).unwrap();
+    let out = refit();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no calibration"), "{}", stderr(&out));
+    // Models describing the engine of a machine that is not this one (xeon480's or zen4's; their caches differ).
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let here = perfmodel::train::store::devices_trained_here(&root.join("models"));
+    let other = ["xeon480", "zen4"].into_iter().find(|d| !here.iter().any(|h| h == d)).unwrap();
+    let other_models = dir.path().join("models").join(other);
+    copy_tree(&root.join("models").join(other), &other_models);
+    let before = std::fs::read(other_models.join("calibration.json")).unwrap();
+    let out = perfmodel(dir.path(), &["calibrate", "--refit", "--device", other, "--models-dir", "models"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--allow-other-machine"), "{}", stderr(&out));
+    assert_eq!(std::fs::read(other_models.join("calibration.json")).unwrap(), before);
+}
+
 #[test]
 fn calibrate_runs_the_networks_and_fits_the_shipped_models() {
     let setup = CalibrateSetup::new();

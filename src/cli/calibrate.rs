@@ -1,7 +1,7 @@
 //! `perfmodel calibrate`: fit a device's whole-network correction from real runs of the zoo's training
 //! architectures (see `perfmodel::estimate::calibration` for why and what is fitted).
 
-use perfmodel::estimate::calibration::{calibrate, zoo_networks, CalibrateOptions};
+use perfmodel::estimate::calibration::{calibrate, refit, zoo_networks, CalibrateOptions};
 use perfmodel::estimate::calibration::{Calibration, DenseLayerPoint, ResidualAddPoint};
 use perfmodel::estimate::DEFAULT_DEVICE;
 use perfmodel::Dirs;
@@ -43,6 +43,11 @@ pub struct Args {
     /// The dense-weights term is always fitted (unless --memory-only): it comes from the dense layers' own times
     #[arg(long)]
     network_latency: bool,
+    /// Run nothing: refit the device's calibration with its current models from the measurements it holds (each
+    /// recorded network estimated anew), after a retrain of the same data; after new rows were collected,
+    /// calibrate instead
+    #[arg(long, conflicts_with_all = ["nets", "memory_only", "network_latency", "no_speed_probe"])]
+    refit: bool,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
 }
@@ -50,17 +55,22 @@ pub struct Args {
 use super::TableOrJson as Format;
 
 pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
-    let nets = if args.nets.is_empty() { zoo_networks(&dirs.zoo)? } else { args.nets.clone() };
-    let options = CalibrateOptions {
-        rounds: usize::try_from(args.rounds).unwrap_or(usize::MAX),
-        warmup: args.warmup,
-        block: usize::try_from(args.block).unwrap_or(usize::MAX),
-        speed_probe: !args.no_speed_probe,
-        allow_other_machine: args.allow_other_machine,
-        memory_only: args.memory_only,
-        network_latency: args.network_latency,
+    let log = &mut |line: String| eprintln!("{line}");
+    let (calibration, path) = if args.refit {
+        refit(&args.device, dirs, args.allow_other_machine, log)?
+    } else {
+        let nets = if args.nets.is_empty() { zoo_networks(&dirs.zoo)? } else { args.nets.clone() };
+        let options = CalibrateOptions {
+            rounds: usize::try_from(args.rounds).unwrap_or(usize::MAX),
+            warmup: args.warmup,
+            block: usize::try_from(args.block).unwrap_or(usize::MAX),
+            speed_probe: !args.no_speed_probe,
+            allow_other_machine: args.allow_other_machine,
+            memory_only: args.memory_only,
+            network_latency: args.network_latency,
+        };
+        calibrate(&args.device, &nets, dirs, options, log)?
     };
-    let (calibration, path) = calibrate(&args.device, &nets, dirs, options, &mut |line| eprintln!("{line}"))?;
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&calibration)?),
         Format::Table => print_table(&calibration, &path),
@@ -174,6 +184,9 @@ fn print_table(c: &Calibration, path: &Path) {
             println!("engine structure per layer, KiB ({}): {}", s.engine, kinds.join(", "));
         }
         None => println!("engine structure: not measured (the estimates count weights and plan tables only)"),
+    }
+    if let Some(measured) = &c.measured {
+        println!("refitted with the device's current models from the networks' runs of {measured}");
     }
     println!("written to {} (validate on networks not listed here, e.g. zoo/holdout/)", path.display());
 }

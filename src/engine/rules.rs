@@ -44,6 +44,9 @@ pub enum Fusion {
     /// A transpose the product reading it (directly or through a reshape) packs from the strided tensor: no
     /// tensor and no node of its own.
     Operand,
+    /// An add its only reader computes as it reads (ONNX Runtime's `SkipLayerNormalization` adds the residual
+    /// while it normalises): its time goes to the reader, its inputs live until the reader runs.
+    IntoReader,
 }
 
 /// What the engine does with one layer.
@@ -170,8 +173,9 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         true
     }
 
-    /// Layers the engine folds into a matrix product of a transformer: per layer, the product that runs it, and
-    /// whether it is an operand the product packs ([`Fusion::Operand`]) rather than an epilogue. None by default.
+    /// Layers the engine folds into a transformer's layers: per layer, the layer that runs it (a product, or the
+    /// layer norm reading an add), and how ([`Fusion::Epilogue`], [`Fusion::Operand`], [`Fusion::IntoReader`]).
+    /// None by default.
     fn folded_into_products(
         &self,
         net: &Network,

@@ -174,7 +174,7 @@ pub(super) fn predict(
                 answers.push(Answer::without_work(AnsweredBy::Free));
                 continue;
             }
-            Role::Inside { owner, fusion: Fusion::Operand, .. } => {
+            Role::Inside { owner, fusion: Fusion::Operand | Fusion::IntoReader, .. } => {
                 let (config, cost) = (analysis.config(i), &analysis.costs[i]);
                 let prediction =
                     estimator.predict(config, &analysis.output_shapes[i], cost).map_err(|e| layer_error(net, i, e))?;
@@ -434,7 +434,8 @@ pub(super) fn memory(
                     executes: false,
                     in_place: false,
                     packs_input: false,
-                    keeps_inputs: fusion == Some(Fusion::UnbuiltConcat),
+                    // Both an unbuilt concat's parts and an add computed by its reader are read by the layer after.
+                    keeps_inputs: matches!(fusion, Some(Fusion::UnbuiltConcat | Fusion::IntoReader)),
                 });
                 continue;
             }

@@ -16,12 +16,17 @@
 //! layout and its output back (`ReorderInput`, `ReorderOutput`), which inside a blocked region of a network it
 //! does not ([`EngineRules::layout_bytes_saved`]; the estimate takes them off at the rate `train` timed).
 //!
+//! A transformer's layers (from `extended` on): a multiply or divide by a scalar after a product of two tensors
+//! becomes the product's scale (`MatMulScaleFusion`: one `FusedMatMul`), and an add of two tensors whose only
+//! reader is a layer norm over the last axis is computed by it (`SkipLayerNormFusion`: BERT's post-norm
+//! residuals; a pre-norm residual, which the next residual reads too, stays an `Add`).
+//!
 //! Not followed yet: the two channel slices of ShuffleNet's split, which ONNX Runtime runs as one `Split` at
 //! `extended` and above.
 
-use super::{EngineRules, Plan};
+use super::{single_readers, EngineRules, Fusion, Plan};
 use crate::engine::GraphOptimization;
-use crate::layer::{Activation, Op};
+use crate::layer::{Activation, ElementwiseFn, Op};
 use crate::network::{Analysis, Network, Source};
 
 /// ONNX Runtime at one graph-optimisation level, on a machine with NCHWc blocks of `nchwc_block` channels
@@ -277,6 +282,50 @@ impl EngineRules for OnnxRuntime {
         saved
     }
 
+    fn folded_into_products(
+        &self,
+        net: &Network,
+        analysis: &Analysis,
+        consumers: &[u32],
+    ) -> Vec<Option<(usize, Fusion)>> {
+        let n = net.layers.len();
+        let mut folded = vec![None; n];
+        if !self.at_least(GraphOptimization::Extended) || !net.layers.iter().any(|l| transformer_op(&l.op)) {
+            return folded;
+        }
+        let only_reader = single_readers(&analysis.sources, consumers);
+        for (i, layer) in net.layers.iter().enumerate() {
+            match (&layer.op, analysis.sources[i].as_slice()) {
+                (
+                    Op::Elementwise { function: ElementwiseFn::Mul | ElementwiseFn::Div, constant_shape },
+                    [Source::Layer(j)],
+                ) if constant_shape.iter().product::<usize>() == 1
+                    && matches!(net.layers[*j].op, Op::MatMul { units: None, .. })
+                    && only_reader[*j] == Some(i) =>
+                {
+                    folded[i] = Some((*j, Fusion::Epilogue));
+                }
+                (Op::Add, [a, b]) if a != b => {
+                    let shapes = analysis.input_shapes(i);
+                    let Some(r) = only_reader[i] else { continue };
+                    let normalises_last_axis = match net.layers[r].op {
+                        Op::LayerNorm { axis, .. } => {
+                            // Axes count without the batch, as in net.json.
+                            let rank = analysis.output_shapes[i].len() as i64;
+                            axis == -1 || axis == rank - 1
+                        }
+                        _ => false,
+                    };
+                    if normalises_last_axis && shapes.len() == 2 && shapes[0] == shapes[1] {
+                        folded[i] = Some((r, Fusion::IntoReader));
+                    }
+                }
+                _ => {}
+            }
+        }
+        folded
+    }
+
     fn residual_adds(&self, net: &Network, analysis: &Analysis, consumers_of: &[u32]) -> Vec<Option<(usize, usize)>> {
         let n = net.layers.len();
         let mut into = vec![None; n];
@@ -321,6 +370,11 @@ impl EngineRules for OnnxRuntime {
         }
         into
     }
+}
+
+/// A layer only transformers have: the transformer rules look no further in a network without one.
+fn transformer_op(op: &Op) -> bool {
+    matches!(op, Op::MatMul { .. } | Op::LayerNorm { .. })
 }
 
 fn blocked_kind(op: &Op) -> bool {
@@ -438,6 +492,9 @@ mod tests {
             "inceptionv3.json",
             "holdout/shufflenet_like.json",
             "holdout/yolo_tiny_backbone.json",
+            // Pre-norm (ViT) and post-norm (BERT) encoder blocks: the scores' scale, the residuals.
+            "transformers/vit_ti16_encoder.json",
+            "transformers/bert_small_encoder_s64.json",
         ];
         let mut wrong = Vec::new();
         for name in nets {

@@ -53,7 +53,7 @@
 
 mod run;
 
-pub use run::{calibrate, zoo_networks, CalibrateOptions};
+pub use run::{calibrate, refit, zoo_networks, CalibrateOptions};
 
 use crate::error::{Error, Result};
 use crate::fsio::write_atomic;
@@ -324,6 +324,10 @@ pub struct Calibration {
     pub perfmodel_version: String,
     /// UTC, RFC 3339.
     pub created: String,
+    /// When the networks were measured, for a calibration refitted later from those measurements with other
+    /// models ([`refit`]); `None`: measured when `created`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<String>,
     pub correction: Correction,
     /// Only the memory correction was fitted (no latency term at all).
     pub memory_only: bool,
@@ -416,6 +420,7 @@ impl Calibration {
             models_fingerprint: models_fingerprint.to_string(),
             perfmodel_version: crate::VERSION.to_string(),
             created: crate::data::now_rfc3339(),
+            measured: None,
             correction: Correction {
                 latency_scale,
                 latency_per_layer_ms,

@@ -312,3 +312,140 @@ fn residual_add_points(
     }
     points
 }
+
+/// Refit `device`'s calibration with its current models from the measurements the calibration already holds:
+/// each recorded network (found by name among [`zoo_networks`]) is estimated anew, uncalibrated, with the engine
+/// structure measured at calibration time, and the correction is fitted on the recorded measurements against
+/// these estimates. Nothing runs. Models that describe their machine's engine (tract's lowering and tiles there)
+/// are refused on another machine unless `allow_other_machine`, as [`calibrate`] refuses them.
+///
+/// Why: retraining a device's models (a new learner, a new store format) on the same data changes every
+/// prediction and so voids the calibration, whose measurements are still those of the device's machine. A
+/// device whose machine is out of reach keeps a calibration that way. The measurements were brought to the
+/// nominal speed of the data the models were trained on; refit after a retrain of the same data, not after new
+/// rows were collected (then calibrate on the device's machine).
+pub fn refit(
+    device: &str,
+    dirs: &Dirs,
+    allow_other_machine: bool,
+    log: &mut dyn FnMut(String),
+) -> Result<(Calibration, PathBuf)> {
+    let old = Calibration::load(&dirs.models, device)?.ok_or_else(|| {
+        Error::Invalid(format!(
+            "device '{device}' has no calibration in {} to refit; run 'perfmodel calibrate --device {device}' on \
+             its machine",
+            dirs.models.join(device).display()
+        ))
+    })?;
+    let estimator = Estimator::open_method(&old.method, device, dirs)?
+        .without_calibration()
+        .with_engine_structure(old.engine_structure.clone());
+    let Method::Learned(store) = estimator.method() else {
+        return Err(Error::Invalid(format!("calibration of the '{}' method, which has no model store", old.method)));
+    };
+    // Such models ask tract how it runs each layer on the machine at hand: here they would be asked about this
+    // machine, and the estimates would not be those the device's machine makes.
+    if let Some(machine) = estimator.trained_elsewhere() {
+        if !allow_other_machine {
+            return Err(Error::Invalid(format!(
+                "device '{device}' has models that describe the engine of the machine they were trained on \
+                 ({machine}), not this one: estimated here, its networks are not estimated as there; refit on that \
+                 machine (--allow-other-machine to do it anyway, as for a calibration made here with it)"
+            )));
+        }
+        log(format!("note: device '{device}' has models trained on another machine ({machine}); estimated as here"));
+    }
+    let fingerprint = models_fingerprint(store.manifest());
+    if fingerprint == old.models_fingerprint {
+        log(format!("note: device '{device}' has the models its calibration was fitted for; the refit fits them anew"));
+    }
+    let mut zoo: HashMap<String, Network> = HashMap::new();
+    for path in zoo_networks(&dirs.zoo)? {
+        let net = Network::load(&path)?;
+        zoo.insert(net.name.clone(), net);
+    }
+    let mut points = Vec::with_capacity(old.networks.len());
+    for recorded in &old.networks {
+        let net = zoo.get(&recorded.network).ok_or_else(|| {
+            Error::Invalid(format!(
+                "calibration network '{}' is not among the zoo's networks in {}: its measurements cannot be \
+                 estimated anew (point --zoo-dir at the zoo it was calibrated with)",
+                recorded.network,
+                dirs.zoo.display()
+            ))
+        })?;
+        let estimate = estimator.estimate(net)?;
+        if let Some(first) = estimate.uncovered.first() {
+            return Err(Error::Invalid(format!(
+                "calibration network '{}': {} of its layers have no model on device '{device}' now (first: {}); \
+                 calibrate on the device's machine",
+                net.name,
+                estimate.uncovered.len(),
+                first.name
+            )));
+        }
+        let point = refit_point(recorded, &estimate);
+        let dropped = recorded.dense_layers.len() + recorded.residual_adds.len() + recorded.matmul_layers.len()
+            - point.dense_layers.len()
+            - point.residual_adds.len()
+            - point.matmul_layers.len();
+        log(format!(
+            "{}: measured {:.3} ms / {:.2} MiB, predicted {:.3} ms / {:.2} MiB (was {:.3} ms / {:.2} MiB){}",
+            net.name,
+            recorded.measured_latency_ms,
+            recorded.measured_peak_memory_mib,
+            point.predicted_latency_ms,
+            point.predicted_peak_memory_mib,
+            recorded.predicted_latency_ms,
+            recorded.predicted_peak_memory_mib,
+            match dropped {
+                0 => String::new(),
+                n => format!("; {n} layer points left out (the estimate no longer runs them as measured)"),
+            }
+        ));
+        points.push(point);
+    }
+    let core_cache_mib = Some(old.correction.dense_cache_mib).filter(|c| *c > 0.0);
+    let mut calibration = Calibration::fit(device, &old.method, &fingerprint, points, core_cache_mib)?;
+    if old.memory_only {
+        calibration = calibration.memory_only();
+    } else if !old.network_latency {
+        calibration = calibration.without_network_latency();
+    }
+    calibration.machine_speed_ratio = old.machine_speed_ratio;
+    calibration.engine_structure = old.engine_structure;
+    calibration.measured = Some(old.measured.unwrap_or(old.created));
+    let path = calibration.save(&dirs.models)?;
+    Ok((calibration, path))
+}
+
+/// A recorded network's point with the new estimate's predictions. A layer point is kept only while the
+/// estimate still runs that layer as it was measured: a dense layer or product of its own, a convolution
+/// computing the same add.
+fn refit_point(recorded: &CalibrationPoint, estimate: &Estimate) -> CalibrationPoint {
+    let layers: HashMap<&str, &crate::estimate::LayerEstimate> =
+        estimate.layers.iter().map(|l| (l.name.as_str(), l)).collect();
+    let own_time = |name: &str| {
+        let layer = layers.get(name)?;
+        layer.predictor.fused_into().is_none().then_some(layer.latency_ms).flatten()
+    };
+    let retimed = |points: &[DenseLayerPoint]| -> Vec<DenseLayerPoint> {
+        points.iter().filter_map(|p| Some(DenseLayerPoint { predicted_ms: own_time(&p.layer)?, ..p.clone() })).collect()
+    };
+    let residual_adds = recorded
+        .residual_adds
+        .iter()
+        .filter(|r| layers.get(r.layer.as_str()).is_some_and(|l| l.predictor.fused_add() == Some(r.add.as_str())))
+        .filter_map(|r| Some(ResidualAddPoint { predicted_ms: own_time(&r.layer)?, ..r.clone() }))
+        .collect();
+    CalibrationPoint {
+        dense_layers: retimed(&recorded.dense_layers),
+        matmul_layers: retimed(&recorded.matmul_layers),
+        residual_adds,
+        executing_layers: estimate.executing_layers(),
+        weighted_layers: estimate.weighted_layers(),
+        predicted_latency_ms: estimate.total.latency_ms,
+        predicted_peak_memory_mib: estimate.total.peak_memory_mib,
+        ..recorded.clone()
+    }
+}
