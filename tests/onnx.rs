@@ -553,6 +553,65 @@ fn a_bert_encoder_from_both_exporters_imports_and_runs() {
     }
 }
 
+/// tests/data/torch/make_tiny_vit.py: torchvision's `VisionTransformer` (2 layers of 64 features, 2 heads, 16
+/// patches and a class token) from both exporters. Its `nn.MultiheadAttention` computes sequence first: the
+/// exports put the batch of 1 behind the tokens, split the packed query/key/value projection with Unsqueeze,
+/// Transpose, Squeeze and Gather, and bring the batch back. With a batch of 1 such tensors are taken whole per
+/// sample (a free reshape where the batch moves; a transpose moving only axes of one element is a reshape too),
+/// the class token's Concat with a constant is a zero padding of the token axis, and the output projection's
+/// Gemm on `[tokens, features]` a product with a weight. Both exporters give the same layers but free reshapes;
+/// the device with transformer models estimates every one, and tract runs the network.
+#[test]
+fn a_torchvision_vit_from_both_exporters_imports_and_runs() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch");
+    let net = Network::load(data.join("tiny_vit_torchscript.onnx")).unwrap();
+    let dynamo = Network::load(data.join("tiny_vit_dynamo.onnx")).unwrap();
+    // The same layers but free reshapes (the newer exporter views the transposed keys once more).
+    let working = |net: &Network| -> Vec<serde_json::Value> {
+        layer_ops(net).into_iter().filter(|l| l["type"] != "reshape").collect()
+    };
+    assert_eq!(working(&net), working(&dynamo));
+    let mut count: std::collections::BTreeMap<&str, usize> = Default::default();
+    for t in layer_types(&net) {
+        *count.entry(t).or_default() += 1;
+    }
+    // Per layer: the packed projection, the output projection and the feed-forward's two products by a weight,
+    // two products of two tensors; layer norms twice a layer and at the end; the class token picked at the end.
+    let expected = [("matmul", 12), ("layer_norm", 5), ("softmax", 2), ("activation", 2), ("channel_slice", 7)];
+    for (t, n) in expected {
+        assert_eq!(count.get(t), Some(&n), "{t} in {count:?}");
+    }
+    let perms: Vec<&Vec<usize>> = net
+        .layers
+        .iter()
+        .filter_map(|l| match &l.op {
+            Op::Transpose { perm } => Some(perm),
+            _ => None,
+        })
+        .collect();
+    // The packed projection's q/k/v axis to the front, and the heads behind the tokens: real data movement,
+    // twice each; no transpose that moves only the batch of 1.
+    assert_eq!(perms.iter().filter(|p| ***p == [3, 1, 2, 0, 4]).count(), 2, "{perms:?}");
+    assert_eq!(perms.iter().filter(|p| ***p == [2, 0, 1, 3]).count(), 2, "{perms:?}");
+    let analysis = net.analyze().unwrap();
+    let pad = net.layers.iter().position(|l| matches!(l.op, Op::ZeroPadding2d { .. })).unwrap();
+    assert_eq!(net.layers[pad].op, Op::ZeroPadding2d { padding: [1, 0, 0, 0] });
+    assert_eq!(analysis.output_shapes[pad], vec![1, 17, 64], "16 patches and the class token");
+    let dir = tempfile::tempdir().unwrap();
+    let path = data.join("tiny_vit_torchscript.onnx");
+    let out = perfmodel(dir.path(), &["import-onnx", path.to_str().unwrap(), "-o", "net.json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let root = env!("CARGO_MANIFEST_DIR");
+    let (models, collectors) = (format!("{root}/models"), format!("{root}/collectors"));
+    let args = ["estimate", "net.json", "--device", "zen4", "--format", "json", "--models-dir", &models];
+    let out = perfmodel(dir.path(), &[&args[..], &["--collectors-dir", &collectors]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(json["uncovered"].as_array().unwrap().is_empty(), "{json}");
+    let out = perfmodel(dir.path(), &["bench", "net.json", "--rounds", "1", "--warmup", "0"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
 /// One token of a sequence (a `Gather` of a constant index on the first axis after the batch: BERT's pooler, a
 /// ViT's class token) imports as a slice of that axis and a reshape that drops it, and tract runs it.
 #[test]

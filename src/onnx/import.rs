@@ -31,6 +31,14 @@
 //!   of a tensor and a constant is an `elementwise` layer, a `Gather` of the network's ids in a constant table
 //!   an `embedding`, and a `Gather` of one element of the first axis after the batch (a class token) a
 //!   `channel_slice` and a `reshape` that drops the axis.
+//! - With a batch of 1, tensors whose first axis is not the batch (`nn.MultiheadAttention` computes sequence
+//!   first: torchvision's ViT transposes the batch behind the tokens, splits the packed query/key/value
+//!   projection with Unsqueeze, Transpose and Gather, and moves the batch back) are taken whole per sample: a
+//!   node that moves the batch reads its input through a free reshape that adds the unit axis, maps with its
+//!   axes one further, and a tensor whose first axis is 1 again is batch first after another free reshape. A
+//!   transpose that moves only axes of one element is a reshape; a Gemm on such rows a product with a weight.
+//! - A Concat of a tensor with constants along an axis after the batch (a ViT's class token before its patches)
+//!   is a zero padding of that axis: the tensor copied into a larger buffer, which is what it costs.
 //! - A symbolic batch dimension is fixed to 1; any other symbolic input dimension is an error.
 
 use crate::error::{Error, Result};
@@ -98,6 +106,9 @@ struct Importer<'a> {
     producer: HashMap<&'a str, usize>,
     /// Why tract's shape inference stopped early, if it did.
     analysis_error: Option<String>,
+    /// With a batch of 1, tensors whose first axis is not the batch (a sequence-first attention's, after a
+    /// transpose that moves the batch): their ONNX shape, all of it per sample (see [`Importer::relayout`]).
+    batchless: std::cell::RefCell<HashMap<String, Vec<usize>>>,
 }
 
 impl<'a> Importer<'a> {
@@ -188,6 +199,7 @@ impl<'a> Importer<'a> {
             consumers,
             producer,
             analysis_error,
+            batchless: Default::default(),
         })
     }
 
@@ -204,9 +216,117 @@ impl<'a> Importer<'a> {
         self.fact(tensor).and_then(|f| f.value.concretize())
     }
 
-    /// Full shape (batch first) as tract inferred it.
+    /// Full shape (batch first) as tract inferred it; for a batch-less tensor its ONNX shape after the batch of 1.
     fn shape(&self, tensor: &str) -> Option<Vec<usize>> {
+        if let Some(onnx) = self.batchless.borrow().get(tensor) {
+            return Some(std::iter::once(1).chain(onnx.iter().copied()).collect());
+        }
         self.fact(tensor).and_then(|f| f.shape.as_concrete_finite().ok().flatten()).map(|s| s.to_vec())
+    }
+
+    /// The shape as tract inferred it, whatever perfmodel's layout of the tensor.
+    fn onnx_shape(&self, tensor: &str) -> Option<Vec<usize>> {
+        self.fact(tensor).and_then(|f| f.shape.as_concrete_finite().ok().flatten()).map(|s| s.to_vec())
+    }
+
+    fn is_batchless(&self, tensor: &str) -> bool {
+        self.batchless.borrow().contains_key(tensor)
+    }
+
+    /// Whether `node`, reading batch-first tensors, moves or reshapes their first axis (the batch): a transpose
+    /// that puts another axis first, a reshape that changes the first dimension, a gather or concat along it.
+    fn moves_batch(&self, node: &NodeProto, x: &str) -> bool {
+        let (Some(in_shape), Some(out_shape)) =
+            (self.onnx_shape(x), node.output.first().and_then(|o| self.onnx_shape(o)))
+        else {
+            return false;
+        };
+        let axis_zero = |default: i64| {
+            let axis = node.get_attr_opt::<i64>("axis").ok().flatten().unwrap_or(default);
+            axis == 0 || axis == -(in_shape.len() as i64)
+        };
+        match node.op_type.as_str() {
+            "Transpose" => match node.get_attr_opt_vec::<i64>("perm").ok().flatten() {
+                Some(perm) => perm.first().is_some_and(|&p| p != 0),
+                None => in_shape.len() > 1,
+            },
+            "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => out_shape.first() != in_shape.first(),
+            "Gather" => node.input.first().map(String::as_str) == Some(x) && axis_zero(0),
+            "Concat" => axis_zero(1),
+            _ => false,
+        }
+    }
+
+    /// A node on tensors whose first axis is not the batch, with a batch of 1 (how `nn.MultiheadAttention`
+    /// computes, sequence first, and moves the batch back): perfmodel takes such a tensor's whole ONNX shape as
+    /// its per-sample shape, behind a batch of 1, so the node maps as one that keeps the batch first, its axes
+    /// one further. A batch-first input is first viewed so (a free reshape that adds the unit axis); the
+    /// node's outputs are batch-less. Returns the node to map, its dynamic inputs, and the view layers to add
+    /// before it (name, op, the tensor viewed, the view's tensor).
+    #[allow(clippy::type_complexity)]
+    fn relayout(
+        &self,
+        node: &NodeProto,
+        dynamic: &[&String],
+    ) -> (NodeProto, Vec<String>, Vec<(String, Op, String, String)>) {
+        let mut node = node.clone();
+        let mut views = Vec::new();
+        let mut inputs = Vec::with_capacity(dynamic.len());
+        for t in dynamic {
+            if self.is_batchless(t) {
+                inputs.push(t.to_string());
+                continue;
+            }
+            let onnx = self.onnx_shape(t).unwrap_or_default();
+            let view = format!("{t}#batchless");
+            let target_shape = onnx.iter().map(|&d| d as i64).collect();
+            views.push((format!("{t}/batchless"), Op::Reshape { target_shape }, t.to_string(), view.clone()));
+            self.batchless.borrow_mut().insert(view.clone(), onnx);
+            for input in node.input.iter_mut().filter(|i| *i == *t) {
+                *input = view.clone();
+            }
+            inputs.push(view);
+        }
+        let rank = dynamic.first().and_then(|t| self.onnx_shape(t)).map_or(0, |s| s.len()) as i64;
+        let op = node.op_type.clone();
+        let mut has_axis = false;
+        for attr in &mut node.attribute {
+            match attr.name.as_str() {
+                "perm" => attr.ints = std::iter::once(0).chain(attr.ints.iter().map(|p| p + 1)).collect(),
+                "axis" => {
+                    has_axis = true;
+                    if attr.i >= 0 {
+                        attr.i += 1;
+                    }
+                }
+                "axes" => attr.ints.iter_mut().filter(|a| **a >= 0).for_each(|a| *a += 1),
+                _ => {}
+            }
+        }
+        // Defaults that count from the front: a gather's and a split's axis 0, a softmax's 1 before opset 13, a
+        // transpose's reversal.
+        let default_axis = match op.as_str() {
+            "Gather" | "Split" => Some(1),
+            "Softmax" | "LogSoftmax" if self.opset < 13 => Some(2),
+            _ => None,
+        };
+        if let (false, Some(axis)) = (has_axis, default_axis) {
+            node.attribute.push(tract_onnx::pb::AttributeProto {
+                name: "axis".into(),
+                i: axis,
+                r#type: tract_onnx::pb::attribute_proto::AttributeType::Int as i32,
+                ..Default::default()
+            });
+        }
+        if op == "Transpose" && !node.attribute.iter().any(|a| a.name == "perm") {
+            node.attribute.push(tract_onnx::pb::AttributeProto {
+                name: "perm".into(),
+                ints: std::iter::once(0).chain((1..=rank).rev()).collect(),
+                r#type: tract_onnx::pb::attribute_proto::AttributeType::Ints as i32,
+                ..Default::default()
+            });
+        }
+        (node, inputs, views)
     }
 
     fn consumers(&self, tensor: &str) -> usize {
@@ -250,6 +370,39 @@ impl<'a> Importer<'a> {
                 (Some((x, _)), _, _) | (None, Some((x, _)), _) | (None, None, Some((x, _))) => vec![x],
                 (None, None, None) => node.input.iter().filter(|s| !s.is_empty() && self.value(s).is_none()).collect(),
             };
+            // With a batch of 1, a node on tensors whose first axis is not the batch, or that moves it, maps with
+            // their whole ONNX shapes per sample ([`Importer::relayout`]); a pattern keeps its input's layout.
+            let pattern = gate.is_some() || shuffle.is_some() || norm.is_some();
+            let batchless_in = dynamic.iter().any(|t| self.is_batchless(t));
+            let relaid = self.batch == 1
+                && !pattern
+                && !dynamic.is_empty()
+                && (batchless_in || (dynamic.len() == 1 && self.moves_batch(node, dynamic[0])));
+            let relaid_node;
+            let (node, dynamic_names): (&NodeProto, Vec<String>) = if relaid {
+                let (relaid_to, inputs, views) = self.relayout(node, &dynamic);
+                for (name, op, from, view) in views {
+                    let Some(from) = built.source.get(&from).cloned() else {
+                        return Err(self.error(format!(
+                            "node '{base_name}' ({}) reads '{from}', which no node produces",
+                            node.op_type
+                        )));
+                    };
+                    built.add(name, op, vec![from], &view);
+                }
+                relaid_node = relaid_to;
+                (&relaid_node, inputs)
+            } else {
+                (node, dynamic.iter().map(|t| t.to_string()).collect())
+            };
+            if relaid || (pattern && batchless_in) {
+                for o in &outputs {
+                    if let Some(onnx) = self.onnx_shape(o) {
+                        self.batchless.borrow_mut().insert(o.to_string(), onnx);
+                    }
+                }
+            }
+            let dynamic: Vec<&String> = dynamic_names.iter().collect();
             let mut sources = Vec::with_capacity(dynamic.len());
             for t in &dynamic {
                 match built.source.get(t.as_str()) {
@@ -270,7 +423,7 @@ impl<'a> Importer<'a> {
             };
             match mapping {
                 Ok(Mapping::Layer(op)) => {
-                    built.add(base_name, op, sources, outputs[0]);
+                    built.add(base_name.clone(), op, sources, outputs[0]);
                 }
                 Ok(Mapping::Chain(ops)) => {
                     let (count, mut input) = (ops.len(), sources.clone());
@@ -290,7 +443,7 @@ impl<'a> Importer<'a> {
                     }
                 }
                 Ok(Mapping::GlobalPool(op)) => {
-                    let name = built.add(base_name, op, sources, outputs[0]);
+                    let name = built.add(base_name.clone(), op, sources, outputs[0]);
                     if self.needs_spatial_dims(outputs[0]) {
                         let channels = self.shape(outputs[0]).map_or(0, |s| s[1]) as i64;
                         let keep = Op::Reshape { target_shape: vec![channels, 1, 1] };
@@ -348,6 +501,23 @@ impl<'a> Importer<'a> {
                         built.add(name, op, sources.clone(), out);
                     }
                 }
+            }
+            // A batch-less output whose first axis is 1 again (`view(batch, heads, ...)`): batch first from here,
+            // through a free reshape that drops the unit axis.
+            for o in &outputs {
+                let onnx = match self.batchless.borrow().get(o.as_str()) {
+                    Some(onnx) if onnx.len() >= 2 && onnx[0] == 1 => onnx.clone(),
+                    _ => continue,
+                };
+                let Some(from) = built.source.get(o.as_str()).cloned() else { continue };
+                let view = format!("{o}#batchless");
+                self.batchless.borrow_mut().insert(view.clone(), onnx.clone());
+                if let Some(i) = built.layer_of(o).filter(|&i| built.expected[i] == **o) {
+                    built.retarget(i, &view);
+                }
+                self.batchless.borrow_mut().remove(o.as_str());
+                let target_shape = onnx[1..].iter().map(|&d| d as i64).collect();
+                built.add(format!("{base_name}/batch_first"), Op::Reshape { target_shape }, vec![from], o);
             }
         }
         if !unmapped.is_empty() && !allow_unsupported {
@@ -668,6 +838,62 @@ impl<'a> Importer<'a> {
         Ok(Mapping::Layer(Op::Elementwise { function, constant_shape: shape }))
     }
 
+    /// A tensor concatenated with constants along an axis after the batch (a ViT's class token before its patch
+    /// tokens): what it costs is the tensor copied into a larger buffer, which is what a zero padding of that
+    /// axis does. The axis is padded as the H of `[C, H, W]`: the axes before it merged into C, those after it
+    /// into W, through free reshapes when the tensor is not already of that form.
+    fn concat_with_constants(
+        &self,
+        node: &NodeProto,
+        x: &str,
+        dynamic: &[&String],
+        in_shape: &[usize],
+        out_shape: &[usize],
+    ) -> std::result::Result<Mapping, String> {
+        if dynamic.len() != 1 {
+            return Err("concatenating constants with more than one tensor is not supported".into());
+        }
+        let rank = in_shape.len();
+        let axis = node.get_attr::<i64>("axis").map_err(|e| format!("{e:#}"))?;
+        let axis = if axis < 0 { axis + rank as i64 } else { axis };
+        if axis <= 0 || axis as usize >= rank {
+            return Err(format!("only a concatenation along an axis after the batch is supported (axis {axis})"));
+        }
+        let axis = axis as usize;
+        let (mut before, mut after, mut seen) = (0, 0, false);
+        for input in node.input.iter().filter(|i| !i.is_empty()) {
+            if input == x {
+                if seen {
+                    return Err("the tensor is concatenated more than once".into());
+                }
+                seen = true;
+                continue;
+            }
+            let value = self.value(input).ok_or("an operand is neither the tensor nor constant")?;
+            // Aligned from the right with the tensor's shape (a batch-less tensor's is one axis longer).
+            let shape = value.shape();
+            let at = (axis + shape.len()).checked_sub(rank).ok_or("a constant has more axes than the tensor")?;
+            let rows = shape.get(at).copied().unwrap_or(0);
+            if seen {
+                after += rows;
+            } else {
+                before += rows;
+            }
+        }
+        if out_shape.get(axis) != Some(&(in_shape[axis] + before + after)) {
+            return Err(format!("concatenating constants makes {out_shape:?} of {in_shape:?} along axis {axis}"));
+        }
+        let per_sample = &in_shape[1..];
+        let a = axis - 1;
+        let merged = [per_sample[..a].iter().product(), per_sample[a], per_sample[a + 1..].iter().product::<usize>()];
+        let pad = Op::ZeroPadding2d { padding: [before, after, 0, 0] };
+        if per_sample.len() == 3 && a == 1 {
+            return Ok(Mapping::Layer(pad));
+        }
+        let shape = |dims: &[usize]| Op::Reshape { target_shape: dims.iter().map(|&d| d as i64).collect() };
+        Ok(Mapping::Chain(vec![shape(&merged), pad, shape(&out_shape[1..])]))
+    }
+
     fn map_node(&self, node: &NodeProto, dynamic: &[&String], built: &Built) -> std::result::Result<Mapping, String> {
         let x = dynamic.first().map(|s| s.as_str()).ok_or("no input from the network")?;
         let in_shape = self.shape(x).ok_or("tract could not infer its input shape")?;
@@ -730,6 +956,32 @@ impl<'a> Importer<'a> {
                     return Err(format!("only a 2-D constant weight is supported (shape {:?})", weight.shape()));
                 };
                 Ok(Mapping::Layer(Op::MatMul { units: Some(units), use_bias: false }))
+            }
+            // A linear layer on a sequence-first attention's rows (`[tokens, features]` with a batch of 1: a
+            // batch-less tensor): the product of a constant weight, as on a sequence.
+            "Gemm" if in_shape.len() > 2 => {
+                single()?;
+                let flag = |name: &str| node.get_attr_opt::<i64>(name).map_err(attr_err).map(|v| v.unwrap_or(0));
+                if flag("transA")? != 0 {
+                    return Err("transA = 1 is not supported".into());
+                }
+                if node.input.first().map(|s| s.as_str()) != Some(x) {
+                    return Err("the non-constant operand must be the first".into());
+                }
+                for (name, default) in [("alpha", 1.0), ("beta", 1.0)] {
+                    if node.get_attr_opt::<f32>(name).map_err(attr_err)?.unwrap_or(default) != 1.0 {
+                        return Err(format!("only {name} = 1 is supported"));
+                    }
+                }
+                let units = *out_shape.last().ok_or("no output shape")?;
+                let bias = node.input.get(2).filter(|b| !b.is_empty());
+                if let Some(b) = bias {
+                    let b = self.value(b).ok_or("the bias is not constant")?;
+                    if b.len() != units {
+                        return Err(format!("only a bias of one value per unit is supported (shape {:?})", b.shape()));
+                    }
+                }
+                Ok(Mapping::Layer(Op::MatMul { units: Some(units), use_bias: bias.is_some() }))
             }
             "Gemm" | "MatMul" => {
                 single()?;
@@ -816,7 +1068,7 @@ impl<'a> Importer<'a> {
                     .map(|c| self.value(c).map_or(1, |t| t.len()))
                     .sum::<usize>();
                 if constant_elements > 0 {
-                    return Err("concatenating constant tensors is not supported".into());
+                    return self.concat_with_constants(node, x, dynamic, &in_shape, &out_shape);
                 }
                 // `torch.cat([x])` (DenseNet's first layer of a block): the tensor itself.
                 if dynamic.len() == 1 {
@@ -929,6 +1181,13 @@ impl<'a> Importer<'a> {
                 let perm: Vec<usize> = perm[1..].iter().map(|&p| p as usize - 1).collect();
                 if perm.iter().enumerate().all(|(i, &p)| i == p) {
                     return Ok(Mapping::Alias(x.to_string()));
+                }
+                // Moving only axes of one element (a batch of 1 put after the tokens) moves no data: a reshape.
+                let dims = &in_shape[1..];
+                let moved: Vec<usize> = perm.iter().copied().filter(|&p| dims[p] != 1).collect();
+                if moved.windows(2).all(|w| w[0] < w[1]) {
+                    let target_shape = out_shape[1..].iter().map(|&d| d as i64).collect();
+                    return Ok(Mapping::Layer(Op::Reshape { target_shape }));
                 }
                 Ok(Mapping::Layer(Op::Transpose { perm }))
             }
