@@ -612,6 +612,109 @@ fn a_torchvision_vit_from_both_exporters_imports_and_runs() {
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
+/// tests/data/torch/make_tiny_convnext.py: torchvision's `ConvNeXt` in two small stages, as PyTorch exports
+/// convnext_tiny: each block's layer norm over the channels between permutes to channels-last and back, its two
+/// products with a weight on the channels-last tensor and GELU between them, its layer scale (a constant per
+/// channel), the residual add; the newer exporter views the pooled tensor through a Gather of every index in
+/// order (`as_strided`), a reshape. Both exporters give the same layers but views; the device with transformer
+/// models estimates every one, and tract runs it.
+#[test]
+fn a_torchvision_convnext_from_both_exporters_imports_and_runs() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch");
+    let script = Network::load(data.join("tiny_convnext_torchscript.onnx")).unwrap();
+    let dynamo = Network::load(data.join("tiny_convnext_dynamo.onnx")).unwrap();
+    let working = |net: &Network| -> Vec<serde_json::Value> {
+        layer_ops(net).into_iter().filter(|l| l["type"] != "reshape" && l["type"] != "flatten").collect()
+    };
+    assert_eq!(working(&script), working(&dynamo));
+    let mut count: std::collections::BTreeMap<&str, usize> = Default::default();
+    for t in layer_types(&script) {
+        *count.entry(t).or_default() += 1;
+    }
+    let expected = [
+        ("depthwise_conv2d", 2),
+        ("layer_norm", 5),
+        ("matmul", 4),
+        ("activation", 2),
+        ("elementwise", 2),
+        ("add", 2),
+        ("transpose", 8),
+    ];
+    for (t, n) in expected {
+        assert_eq!(count.get(t), Some(&n), "{t} in {count:?}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = data.join("tiny_convnext_dynamo.onnx");
+    let out = perfmodel(dir.path(), &["import-onnx", path.to_str().unwrap(), "-o", "net.json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let root = env!("CARGO_MANIFEST_DIR");
+    let (models, collectors) = (format!("{root}/models"), format!("{root}/collectors"));
+    let args = ["estimate", "net.json", "--device", "zen4", "--format", "json", "--models-dir", &models];
+    let out = perfmodel(dir.path(), &[&args[..], &["--collectors-dir", &collectors]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(json["uncovered"].as_array().unwrap().is_empty(), "{json}");
+    let out = perfmodel(dir.path(), &["bench", "net.json", "--rounds", "1", "--warmup", "0"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// tests/data/tf2onnx/make_tf2onnx_fixtures.py: Keras models converted by tf2onnx 1.17 (TensorFlow 2.21, Keras
+/// 3.15). A CNN (batch norms, ReLU6, a residual add) and squeeze-excite blocks (swish, hard sigmoid, a padded
+/// strided depthwise convolution) import with the input in either layout; a transformer block writes each layer
+/// norm as TensorFlow's moments (global average pools of the sequence, Neg, Sub, the Reciprocal of a Sqrt) and
+/// GELU as its tanh approximation (or with erf and a product by 1/√2): one layer each. When tf2onnx's transpose
+/// optimiser gives up (a bias-less convolution before a hard sigmoid), the graph stays channels-last inside and
+/// the import names the nodes it cannot map.
+#[test]
+fn keras_models_converted_by_tf2onnx_import() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tf2onnx");
+    let count = |net: &Network, t: &str| layer_types(net).iter().filter(|x| **x == t).count();
+    let nhwc = Network::load(data.join("tiny_cnn_opset13_nhwc.onnx")).unwrap();
+    let nchw = Network::load(data.join("tiny_cnn_opset13_nchw.onnx")).unwrap();
+    // The channels-last input is transposed once, then the layers are the same.
+    assert_eq!(nhwc.layers[0].op, Op::Transpose { perm: vec![2, 0, 1] });
+    assert_eq!(layer_ops(&nhwc)[1..], layer_ops(&nchw)[..]);
+    for (t, n) in [("conv2d", 3), ("depthwise_conv2d", 1), ("add", 1), ("dense", 1), ("global_avg_pool2d", 1)] {
+        assert_eq!(count(&nchw, t), n, "{t}: {:?}", layer_types(&nchw));
+    }
+    for file in ["tiny_se_opset13_nchw.onnx", "tiny_se_opset17_nhwc.onnx"] {
+        let net = Network::load(data.join(file)).unwrap();
+        assert_eq!((count(&net, "multiply"), count(&net, "depthwise_conv2d")), (3, 1), "{file}");
+        assert_eq!(count(&net, "unsupported"), 0, "{file}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for (file, approximation) in
+        [("tiny_transformer_opset17_nhwc.onnx", "tanh"), ("tiny_transformer_erf_opset13_nhwc.onnx", "erf")]
+    {
+        let net = Network::load(data.join(file)).unwrap();
+        let norms: Vec<&Op> =
+            net.layers.iter().map(|l| &l.op).filter(|op| matches!(op, Op::LayerNorm { .. })).collect();
+        assert_eq!(norms, [&Op::LayerNorm { axis: -1, epsilon: 1e-6 }; 2], "{file}");
+        let gelus = net.layers.iter().filter(|l| l.op == Op::Activation(Activation::Gelu)).count();
+        assert_eq!(gelus, 1, "{approximation} GELU: {:?}", layer_types(&net));
+        assert_eq!((count(&net, "softmax"), count(&net, "unsupported")), (1, 0), "{file}");
+        let path = data.join(file);
+        let out = perfmodel(dir.path(), &["import-onnx", path.to_str().unwrap(), "-o", "net.json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let root = env!("CARGO_MANIFEST_DIR");
+        let (models, collectors) = (format!("{root}/models"), format!("{root}/collectors"));
+        let args = ["estimate", "net.json", "--device", "zen4", "--format", "json", "--models-dir", &models];
+        let out = perfmodel(dir.path(), &[&args[..], &["--collectors-dir", &collectors]].concat());
+        assert!(out.status.success(), "{}", stderr(&out));
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(json["uncovered"].as_array().unwrap().is_empty(), "{json}");
+        let out = perfmodel(dir.path(), &["bench", "net.json", "--rounds", "1", "--warmup", "0"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let path = data.join("tiny_se_nobias_opset13_nchw.onnx");
+    let out = perfmodel(dir.path(), &["import-onnx", path.to_str().unwrap(), "-o", "nobias.json"]);
+    assert_eq!(out.status.code(), Some(2));
+    for node in ["(Pad)", "(ReduceMean)"] {
+        assert!(stderr(&out).contains(node), "{}", stderr(&out));
+    }
+    assert!(!dir.path().join("nobias.json").exists());
+}
+
 /// One token of a sequence (a `Gather` of a constant index on the first axis after the batch: BERT's pooler, a
 /// ViT's class token) imports as a slice of that axis and a reshape that drops it, and tract runs it.
 #[test]

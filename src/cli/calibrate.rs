@@ -2,7 +2,7 @@
 //! architectures (see `perfmodel::estimate::calibration` for why and what is fitted).
 
 use perfmodel::estimate::calibration::{calibrate, refit, zoo_networks, CalibrateOptions};
-use perfmodel::estimate::calibration::{Calibration, DenseLayerPoint, ResidualAddPoint};
+use perfmodel::estimate::calibration::{Calibration, DenseLayerPoint, LayoutPoint, ResidualAddPoint};
 use perfmodel::estimate::DEFAULT_DEVICE;
 use perfmodel::Dirs;
 use std::path::{Path, PathBuf};
@@ -150,6 +150,18 @@ fn print_table(c: &Calibration, path: &Path) {
             matmul.len(),
             median(matmul.iter().map(|m| error(m, 0.0)).collect()),
             median(matmul.iter().map(|m| error(m, k.matmul_extra_fraction * m.predicted_ms)).collect())
+        );
+    }
+    let layout: Vec<&LayoutPoint> = c.networks.iter().flat_map(|n| &n.layout_layers).collect();
+    if !c.memory_only && !layout.is_empty() {
+        let error = |l: &LayoutPoint, scale: f64| pct(l.predicted_ms + (1.0 - scale) * l.saved_ms, l.measured_ms).abs();
+        println!(
+            "blocked layers credited with layout conversions: {} measured; median |error| {:.1}% with the whole \
+             credit, {:.1}% with {:.2} of it",
+            layout.len(),
+            median(layout.iter().map(|l| error(l, 1.0)).collect()),
+            median(layout.iter().map(|l| error(l, k.layout_credit_scale)).collect()),
+            k.layout_credit_scale
         );
     }
     println!(

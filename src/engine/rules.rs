@@ -226,6 +226,16 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         }
     }
 
+    /// Whether a convolution or dense layer whose activation runs as a node of its own
+    /// ([`EngineRules::own_activation_kind`] says `activation`) is predicted as those two nodes: the product
+    /// without the activation, and the activation on its output. For an engine whose single-layer measurements
+    /// of such configs are few (ONNX Runtime runs swish apart, after converting a blocked convolution's output
+    /// back; a zoo's swish convolutions are mostly a squeeze-excite's on one pixel), each part is then
+    /// predicted from what is known well. Off by default.
+    fn predicts_activation_apart(&self) -> bool {
+        false
+    }
+
     /// Element-wise layers computed into an input buffer they own; softmax needs its input while it writes (a
     /// max and a sum first), so it gets a new buffer.
     fn computes_in_place(&self, op: &Op) -> bool {

@@ -10,7 +10,7 @@ use super::structure::EngineStructure;
 use super::{layer_error, Calibration, Correction, Estimator, LayerEstimate, Totals, Uncovered};
 use crate::engine::rules::{EngineRules, Fusion, Plan, Role, FUSED, FUSED_BATCH_NORM};
 use crate::error::Result;
-use crate::layer::{LayerConfig, LayerCost, LayerError, LayerType, Op, Shape};
+use crate::layer::{Activation, LayerConfig, LayerCost, LayerError, LayerType, Op, Shape};
 use crate::network::{Analysis, Network, Source};
 use crate::units::MIB;
 use serde::{Serialize, Serializer};
@@ -192,7 +192,16 @@ pub(super) fn predict(
         let cost = &analysis.costs[i];
         let config = analysis.config(i);
         let output = &analysis.output_shapes[i];
-        let prediction = estimator.predict(config, output, cost).map_err(|e| layer_error(net, i, e))?;
+        let prediction = match activation_apart(rules, config, output) {
+            Some((product, activation)) => {
+                predict_apart(estimator, &product, &activation, output, cost).map_err(|e| layer_error(net, i, e))?
+            }
+            None => None,
+        };
+        let prediction = match prediction {
+            Some(p) => Some(p),
+            None => estimator.predict(config, output, cost).map_err(|e| layer_error(net, i, e))?,
+        };
         let answer = match prediction {
             Some(p) => {
                 let held = p.held(config, cost, rules);
@@ -250,6 +259,47 @@ pub(super) fn predict(
         answers.push(answer);
     }
     Ok((answers, uncovered))
+}
+
+/// A convolution or dense layer as the two nodes its engine runs ([`EngineRules::predicts_activation_apart`]):
+/// the product without its activation, and the activation on the product's output. `None` when the engine
+/// runs the activation inside, or predicts the layer whole.
+fn activation_apart(
+    rules: &dyn EngineRules,
+    config: &LayerConfig,
+    output: &Shape,
+) -> Option<(LayerConfig, LayerConfig)> {
+    if !rules.predicts_activation_apart()
+        || rules.own_activation_kind(&config.op) != Some(LayerType::Activation.as_str())
+    {
+        return None;
+    }
+    let mut product = config.clone();
+    let activation = match &mut product.op {
+        Op::Conv2d(c) => std::mem::replace(&mut c.activation, Activation::Linear),
+        Op::DepthwiseConv2d(d) => std::mem::replace(&mut d.activation, Activation::Linear),
+        Op::Dense(d) => std::mem::replace(&mut d.activation, Activation::Linear),
+        _ => return None,
+    };
+    let activation =
+        LayerConfig { op: Op::Activation(activation), input_shapes: vec![output.clone()], batch: config.batch };
+    Some((product, activation))
+}
+
+/// The product's prediction with the activation's time added (its memory is the product's: the activation
+/// runs in place). `None` when either has no model.
+fn predict_apart(
+    estimator: &Estimator,
+    product: &LayerConfig,
+    activation: &LayerConfig,
+    output: &Shape,
+    cost: &LayerCost,
+) -> std::result::Result<Option<Prediction>, LayerError> {
+    let Some(mut p) = estimator.predict(product, output, cost)? else { return Ok(None) };
+    let activation_cost = activation.cost_of_output(output)?;
+    let Some(a) = estimator.predict(activation, output, &activation_cost)? else { return Ok(None) };
+    p.latency_ms += a.latency_ms;
+    Ok(Some(p))
 }
 
 /// The time of a residual add computed inside a convolution: its own prediction, else its memory traffic at the
@@ -324,7 +374,9 @@ pub(super) fn latency(
     let network_weight_bytes: u64 = analysis.costs.iter().map(|c| c.weight_elems * BYTES_PER_ELEMENT).sum();
     let mut own: Vec<Option<f64>> = answers.iter().map(|a| a.latency_ms).collect();
     if let Some((rules, ms_per_mib)) = layout {
-        layout_conversions(net, analysis, plan, rules, ms_per_mib, &mut own);
+        // The calibration's share of the store's rate (fitted on estimates at the rate itself).
+        let scale = correction.map_or(1.0, |c| c.layout_credit_scale);
+        layout_conversions(net, analysis, plan, rules, ms_per_mib * scale, &mut own);
     }
     own.iter()
         .enumerate()

@@ -30,7 +30,8 @@
 //!   the scale and an Add of the bias); a `Transpose` that keeps the batch first is one; an Add, Sub, Mul or Div
 //!   of a tensor and a constant is an `elementwise` layer, a `Gather` of the network's ids in a constant table
 //!   an `embedding`, and a `Gather` of one element of the first axis after the batch (a class token) a
-//!   `channel_slice` and a `reshape` that drops the axis.
+//!   `channel_slice` and a `reshape` that drops the axis; a `Gather` of every element of an axis in order (the
+//!   newer exporter's `as_strided` view) is a reshape.
 //! - With a batch of 1, tensors whose first axis is not the batch (`nn.MultiheadAttention` computes sequence
 //!   first: torchvision's ViT transposes the batch behind the tokens, splits the packed query/key/value
 //!   projection with Unsqueeze, Transpose and Gather, and moves the batch back) are taken whole per sample: a
@@ -599,13 +600,14 @@ impl<'a> Importer<'a> {
                     break;
                 }
             }
-            if let Some((x, parts)) = self.gelu_ending_at(node) {
+            if let Some((x, parts)) = self.gelu_ending_at(node).or_else(|| self.tanh_gelu_ending_at(node)) {
                 gates.absorbed.extend(parts);
                 gates.gated.insert(index, (x, Activation::Gelu));
             }
         }
         for index in 0..self.graph.node.len() {
-            if let Some((x, norm, parts)) = self.layer_norm_ending_at(index) {
+            let norm = self.layer_norm_ending_at(index).or_else(|| self.moments_layer_norm_ending_at(index));
+            if let Some((x, norm, parts)) = norm {
                 gates.absorbed.extend(parts);
                 gates.norms.insert(index, (x, norm));
             }
@@ -691,6 +693,77 @@ impl<'a> Importer<'a> {
         Some((x.clone(), Op::LayerNorm { axis: trailing[0] - rank, epsilon }, parts))
     }
 
+    /// Layer normalisation as tf2onnx writes Keras' (TensorFlow's `moments`): `Add(Mul(x, s), Add(Mul(Neg(m), s),
+    /// beta))` with `s = Mul(Reciprocal(Sqrt(Add(v, epsilon))), gamma)`, `v = GlobalAveragePool(Mul(d, d))`,
+    /// `d = Sub(x, m)` and `m = GlobalAveragePool(x)`, a global average pool of a sequence `[batch, tokens, ...]`
+    /// averaging the axes after the tokens. `last` is the final Add: the normalised tensor, the layer, the inner
+    /// nodes to absorb.
+    fn moments_layer_norm_ending_at(&self, last: usize) -> Option<(String, Op, Vec<usize>)> {
+        let node = |n: usize| &self.graph.node[n];
+        let from = |t: &str, op: &str, readers: usize| self.produced_by(t, op, readers);
+        // The operands of a binary node in both orders.
+        let orders = |n: usize| -> Option<[(String, String); 2]> {
+            let [a, b] = node(n).input.as_slice() else { return None };
+            Some([(a.clone(), b.clone()), (b.clone(), a.clone())])
+        };
+        let end = node(last);
+        if end.op_type != "Add" {
+            return None;
+        }
+        for (scaled, shifted) in orders(last)? {
+            let Some(mul_x) = from(&scaled, "Mul", 1) else { continue };
+            let Some(add_beta) = from(&shifted, "Add", 1) else { continue };
+            // beta + (-m) · s
+            let Some((p, beta)) = orders(add_beta)?.into_iter().find(|(_, b)| self.value(b).is_some()) else {
+                continue;
+            };
+            let Some(mul_m) = from(&p, "Mul", 1) else { continue };
+            for (x, s_tensor) in orders(mul_x)? {
+                let Some((neg_m, s_other)) = orders(mul_m)?.into_iter().find(|(n, _)| from(n, "Neg", 1).is_some())
+                else {
+                    continue;
+                };
+                if s_other != s_tensor || self.value(&x).is_some() {
+                    continue;
+                }
+                let neg = from(&neg_m, "Neg", 1)?;
+                let m = node(neg).input.first()?.clone();
+                let mean = from(&m, "GlobalAveragePool", 2)?;
+                if node(mean).input.first() != Some(&x) {
+                    continue;
+                }
+                // s = rstd · gamma, read by both products
+                let s = from(&s_tensor, "Mul", 2)?;
+                let (rstd, _gamma) = orders(s)?.into_iter().find(|(_, g)| self.value(g).is_some())?;
+                let reciprocal = from(&rstd, "Reciprocal", 1)?;
+                let sqrt = from(node(reciprocal).input.first()?, "Sqrt", 1)?;
+                let add_eps = from(node(sqrt).input.first()?, "Add", 1)?;
+                let (v, eps) = orders(add_eps)?.into_iter().find(|(_, e)| self.value(e).is_some())?;
+                let epsilon = scalar_f32(&*self.value(&eps)?).ok()?;
+                let variance = from(&v, "GlobalAveragePool", 1)?;
+                let square = from(node(variance).input.first()?, "Mul", 1)?;
+                let [d1, d2] = node(square).input.as_slice() else { return None };
+                if d1 != d2 {
+                    return None;
+                }
+                let sub = from(d1, "Sub", 2)?;
+                if node(sub).input.as_slice() != [x.clone(), m.clone()] {
+                    return None;
+                }
+                let rank = self.shape(&x)?.len() as i64;
+                if rank < 3 {
+                    return None;
+                }
+                let _ = beta;
+                let parts =
+                    vec![mul_x, add_beta, mul_m, neg, mean, s, reciprocal, sqrt, add_eps, variance, square, sub];
+                let epsilon = shortest_decimal(epsilon);
+                return Some((x, Op::LayerNorm { axis: 2 - rank, epsilon }, parts));
+            }
+        }
+        None
+    }
+
     /// `Reshape([N, C, H, W] → [N, g, C/g, H, W]) → Transpose(0, 2, 1, 3, 4) → Reshape(→ [N, C, H, W])` (how
     /// PyTorch exports ShuffleNet's channel shuffle), `transpose` its middle node: the shuffled tensor, the
     /// groups, the first Reshape's and the last Reshape's node indices.
@@ -725,30 +798,124 @@ impl<'a> Importer<'a> {
         (back.op_type == "Reshape" && back_shape == shape).then(|| (x.clone(), groups, first, last))
     }
 
-    /// `Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)` (how PyTorch exports GELU, and how perfmodel exports it):
-    /// the gated tensor `x` and the inner nodes to absorb.
+    /// `0.5 · x · (1 + erf(x / √2))` (how PyTorch exports GELU, and perfmodel), its products in any order and
+    /// grouping, the division by √2 also as a product by 1/√2 (tf2onnx): the gated tensor `x` and the inner nodes
+    /// to absorb.
     fn gelu_ending_at(&self, last: &NodeProto) -> Option<(String, Vec<usize>)> {
-        let constant =
-            |t: &str, v: f32| self.value(t).and_then(|c| scalar_f32(&c).ok()).is_some_and(|c| (c - v).abs() < 1e-4);
-        let single_use = |t: &str, op: &str| self.produced_by(t, op, 1);
-        if last.op_type != "Mul" || last.input.len() != 2 {
+        let (pairs, parts) = self.half_product_ending_at(last)?;
+        for (x, gate) in pairs {
+            let Some((add, inner)) = self.one_plus(&gate, "Erf") else { continue };
+            let Some(q) = self.graph.node[inner].input.first() else { continue };
+            let scaled = match self.produced_by(q, "Div", 1) {
+                Some(div) => {
+                    let node = &self.graph.node[div];
+                    let root_two = node.input.get(1).and_then(|c| self.value(c)).and_then(|c| scalar_f32(&c).ok());
+                    (node.input.first() == Some(&x) && root_two.is_some_and(|v| close(v, std::f32::consts::SQRT_2)))
+                        .then(|| vec![div])
+                }
+                None => self.product_factors(q, 1).and_then(|(c, factors, nodes)| {
+                    (close(c, std::f32::consts::FRAC_1_SQRT_2) && factors == [x.clone()]).then_some(nodes)
+                }),
+            };
+            if let Some(scaled) = scaled {
+                let mut parts = parts;
+                parts.extend([add, inner]);
+                parts.extend(scaled);
+                return Some((x, parts));
+            }
+        }
+        None
+    }
+
+    /// `last` as `0.5 · a · b` (a `Mul` whose product has two tensor factors and constants making 0.5): both
+    /// orders of the two factors, and the product's nodes but `last`.
+    #[allow(clippy::type_complexity)]
+    fn half_product_ending_at(&self, last: &NodeProto) -> Option<([(String, String); 2], Vec<usize>)> {
+        if last.op_type != "Mul" {
             return None;
         }
-        let half = last.input.iter().position(|i| constant(i, 0.5))?;
-        let mul = single_use(&last.input[1 - half], "Mul")?;
-        let mul_node = &self.graph.node[mul];
-        for (x, p) in [(0, 1), (1, 0)] {
-            let (x, p) = (mul_node.input.get(x)?, mul_node.input.get(p)?);
-            let Some(add) = single_use(p, "Add") else { continue };
-            let add_node = &self.graph.node[add];
-            let Some(one) = add_node.input.iter().position(|i| constant(i, 1.0)) else { continue };
-            let Some(erf) = add_node.input.get(1 - one).and_then(|e| single_use(e, "Erf")) else { continue };
-            let Some(div) = self.graph.node[erf].input.first().and_then(|d| single_use(d, "Div")) else { continue };
-            let div_node = &self.graph.node[div];
-            if div_node.input.first() == Some(x)
-                && div_node.input.get(1).is_some_and(|c| constant(c, std::f32::consts::SQRT_2))
-            {
-                return Some((x.clone(), vec![mul, add, erf, div]));
+        let out = last.output.first()?;
+        let last_index = self.producer.get(out.as_str()).copied()?;
+        let (half, factors, mut parts) = self.product_factors(out, self.consumers(out))?;
+        parts.retain(|&n| n != last_index);
+        let [a, b] = factors.as_slice() else { return None };
+        if !close(half, 0.5) || self.value(a).is_some() || self.value(b).is_some() {
+            return None;
+        }
+        Some(([(a.clone(), b.clone()), (b.clone(), a.clone())], parts))
+    }
+
+    /// `gate` as `1 + op(...)` (an `Add` of the constant 1 and an `op` node, each read once): the Add's and the
+    /// op's node indices.
+    fn one_plus(&self, gate: &str, op: &str) -> Option<(usize, usize)> {
+        let add = self.produced_by(gate, "Add", 1)?;
+        let node = &self.graph.node[add];
+        let one = node.input.iter().position(|i| self.value(i).and_then(|v| scalar_f32(&v).ok()) == Some(1.0))?;
+        let inner = self.produced_by(node.input.get(1 - one)?, op, 1)?;
+        Some((add, inner))
+    }
+
+    /// The factors of the product `tensor` is: the node producing it when that is a `Mul` (or a `Pow` by a
+    /// constant whole exponent) that only `readers` nodes read, recursively through `Mul`s read once; the
+    /// product of the constant factors, the other factors' tensors, and the nodes passed through.
+    fn product_factors(&self, tensor: &str, readers: usize) -> Option<(f32, Vec<String>, Vec<usize>)> {
+        let (mut constant, mut factors, mut nodes) = (1.0f32, Vec::new(), Vec::new());
+        let mut pending = vec![(tensor.to_string(), readers)];
+        while let Some((t, readers)) = pending.pop() {
+            if let Some(v) = self.value(&t) {
+                constant *= scalar_f32(&v).ok()?;
+                continue;
+            }
+            let node = self.produced_by(&t, "Mul", readers).or_else(|| self.produced_by(&t, "Pow", readers));
+            let Some(n) = node.filter(|_| nodes.len() < 8) else {
+                factors.push(t);
+                continue;
+            };
+            let node = &self.graph.node[n];
+            nodes.push(n);
+            match node.op_type.as_str() {
+                "Pow" => {
+                    let exponent = scalar_f32(&*self.value(node.input.get(1)?)?).ok()?;
+                    if !(1.0..=4.0).contains(&exponent) || exponent.fract() != 0.0 {
+                        return None;
+                    }
+                    factors.extend(std::iter::repeat_n(node.input.first()?.clone(), exponent as usize));
+                }
+                _ => pending.extend(node.input.iter().map(|i| (i.clone(), 1))),
+            }
+        }
+        Some((constant, factors, nodes))
+    }
+
+    /// GELU's tanh approximation, `0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))`, as the TorchScript
+    /// exporter writes `nn.GELU(approximate='tanh')` and tf2onnx Keras' `gelu(approximate=True)`: its products in
+    /// any order and grouping, the cube as `x·x·x` or `Pow(x, 3)`. The gated tensor `x` and the inner nodes to
+    /// absorb.
+    fn tanh_gelu_ending_at(&self, last: &NodeProto) -> Option<(String, Vec<usize>)> {
+        let (pairs, parts) = self.half_product_ending_at(last)?;
+        for (x, gate) in pairs {
+            let Some((add, tanh)) = self.one_plus(&gate, "Tanh") else { continue };
+            // √(2/π) · (x + 0.044715 · x³)
+            let Some(u) = self.graph.node[tanh].input.first() else { continue };
+            let Some((scale, inner, scale_nodes)) = self.product_factors(u, 1) else { continue };
+            let ([sum], true) = (inner.as_slice(), close(scale, (2.0 / std::f32::consts::PI).sqrt())) else {
+                continue;
+            };
+            let Some(sum_add) = self.produced_by(sum, "Add", 1) else { continue };
+            let sum_node = &self.graph.node[sum_add];
+            let Some(cube_side) = sum_node.input.iter().position(|i| *i != x) else { continue };
+            if sum_node.input.get(1 - cube_side) != Some(&x) {
+                continue;
+            }
+            let Some((coefficient, cube, cube_nodes)) = self.product_factors(&sum_node.input[cube_side], 1) else {
+                continue;
+            };
+            if close(coefficient, 0.044715) && cube.len() == 3 && cube.iter().all(|c| *c == x) {
+                let mut parts = parts;
+                parts.extend([add, tanh, sum_add]);
+                parts.extend(scale_nodes);
+                parts.extend(cube_nodes);
+                return Some((x, parts));
             }
         }
         None
@@ -1120,6 +1287,17 @@ impl<'a> Importer<'a> {
                 let axis = node.get_attr_opt::<i64>("axis").map_err(attr_err)?.unwrap_or(0);
                 let axis = if axis < 0 { axis + in_shape.len() as i64 } else { axis };
                 let index = node.input.get(1).and_then(|i| self.value(i)).ok_or("the index is not constant")?;
+                // Every element of the axis in order, in some shape (the newer exporter's `as_strided` view of a
+                // pooled tensor): a reshape.
+                let every = ints(&index).is_ok_and(|ix| {
+                    axis > 0
+                        && in_shape.get(axis as usize) == Some(&ix.len())
+                        && ix.iter().copied().eq(0..ix.len() as i64)
+                });
+                if every && tensor_elements(&out_shape[1..], 1).is_ok() {
+                    let target_shape = out_shape[1..].iter().map(|&d| d as i64).collect();
+                    return Ok(Mapping::Layer(Op::Reshape { target_shape }));
+                }
                 if axis != 1 || index.rank() != 0 {
                     return Err("only a single element of the first axis after the batch is supported".into());
                 }
@@ -1509,6 +1687,11 @@ fn ceil_mode_padding(padding: Padding, in_shape: &[usize], kernel: [usize; 2], s
         }
     }
     Padding::Explicit(pads)
+}
+
+/// Two constants equal to a thousandth (exporters round √2, 1/√2, √(2/π) and 0.044715 differently).
+fn close(a: f32, b: f32) -> bool {
+    (a - b).abs() <= 1e-3 * b.abs()
 }
 
 fn scalar_f32(t: &Tensor) -> TractResult<f32> {

@@ -209,6 +209,10 @@ impl EngineRules for OnnxRuntime {
         self.at_least(GraphOptimization::Basic)
     }
 
+    fn predicts_activation_apart(&self) -> bool {
+        true
+    }
+
     fn fuses_padding(&self) -> bool {
         self.at_least(GraphOptimization::Basic)
     }

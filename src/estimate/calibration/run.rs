@@ -5,8 +5,8 @@
 //! many machines through the C ABI) needs the same runs, the same points and the same refusals.
 
 use super::{
-    models_fingerprint, read_core_cache_mib, Calibration, CalibrationPoint, DenseLayerPoint, ResidualAddPoint,
-    MIN_NETWORKS,
+    models_fingerprint, read_core_cache_mib, Calibration, CalibrationPoint, DenseLayerPoint, LayoutPoint,
+    ResidualAddPoint, MIN_NETWORKS,
 };
 use crate::collect::profile::DeviceProfile;
 use crate::device::Fingerprint;
@@ -182,7 +182,7 @@ pub fn calibrate(
             estimate.total.latency_ms,
             estimate.total.peak_memory_mib
         ));
-        points.push(calibration_point(net, estimate, measured, row)?);
+        points.push(calibration_point(&estimator, net, estimate, measured, row)?);
     }
     // The machine the networks ran on (calibrate runs them here): the kernel's cache description, else the L2
     // size tract blocks its kernels by.
@@ -209,6 +209,7 @@ pub fn calibrate(
 /// One network's point: its totals (measured at nominal speed when the probe ran), its dense layers and its
 /// convolutions computing a residual add.
 fn calibration_point(
+    estimator: &Estimator,
     net: &Network,
     estimate: &Estimate,
     measured: &NetworkProfile,
@@ -260,10 +261,19 @@ fn calibration_point(
             })
         })
         .collect();
+    let layout_layers = layout_points(estimator, net, estimate)?
+        .into_iter()
+        .filter_map(|mut p| {
+            let i = index.get(p.layer.as_str())?;
+            p.measured_ms = measured.layers.get(*i)?.latency_ms * to_nominal;
+            Some(p)
+        })
+        .collect();
     Ok(CalibrationPoint {
         dense_layers,
         residual_adds,
         matmul_layers,
+        layout_layers,
         weight_mib,
         network: net.name.clone(),
         executing_layers: estimate.executing_layers(),
@@ -273,6 +283,30 @@ fn calibration_point(
         measured_peak_memory_mib: measured.total.peak_memory_mib,
         predicted_peak_memory_mib: estimate.total.peak_memory_mib,
     })
+}
+
+/// The layers of `net` its (uncalibrated) `estimate` credits with layout conversions they do not pay in it
+/// ([`crate::engine::rules::EngineRules::layout_bytes_saved`] at the model store's rate), each with the time
+/// taken off and its prediction after it; `measured_ms` is left 0 for the caller. Empty for a store without
+/// a conversion rate (every engine but ONNX Runtime's blocked layout).
+pub(crate) fn layout_points(estimator: &Estimator, net: &Network, estimate: &Estimate) -> Result<Vec<LayoutPoint>> {
+    let Method::Learned(store) = estimator.method() else { return Ok(Vec::new()) };
+    let Some(rate) = store.manifest().reorder_ms_per_mib.filter(|r| *r > 0.0) else { return Ok(Vec::new()) };
+    let analysis = net.analyze()?;
+    let plan = estimator.rules.plan(net, &analysis);
+    let saved = estimator.rules.layout_bytes_saved(net, &analysis, &plan);
+    Ok(saved
+        .iter()
+        .zip(&estimate.layers)
+        .filter(|(bytes, _)| **bytes > 0)
+        .filter_map(|(&bytes, layer)| {
+            let predicted_ms = layer.latency_ms?;
+            let saved_mib = bytes as f64 / MIB;
+            // Taken off at the rate, at most half the layer's own time (which leaves the prediction).
+            let saved_ms = (saved_mib * rate).min(predicted_ms);
+            Some(LayoutPoint { layer: layer.name.clone(), saved_mib, saved_ms, predicted_ms, measured_ms: 0.0 })
+        })
+        .collect())
 }
 
 /// The residual-add points of one network ([`ResidualAddPoint`]): each convolution the estimate credits with a
@@ -384,11 +418,11 @@ pub fn refit(
                 first.name
             )));
         }
-        let point = refit_point(recorded, &estimate);
-        let dropped = recorded.dense_layers.len() + recorded.residual_adds.len() + recorded.matmul_layers.len()
-            - point.dense_layers.len()
-            - point.residual_adds.len()
-            - point.matmul_layers.len();
+        let point = refit_point(recorded, &estimate, layout_points(&estimator, net, &estimate)?);
+        let layer_points = |p: &CalibrationPoint| {
+            p.dense_layers.len() + p.residual_adds.len() + p.matmul_layers.len() + p.layout_layers.len()
+        };
+        let dropped = layer_points(recorded).saturating_sub(layer_points(&point));
         log(format!(
             "{}: measured {:.3} ms / {:.2} MiB, predicted {:.3} ms / {:.2} MiB (was {:.3} ms / {:.2} MiB){}",
             net.name,
@@ -422,7 +456,7 @@ pub fn refit(
 /// A recorded network's point with the new estimate's predictions. A layer point is kept only while the
 /// estimate still runs that layer as it was measured: a dense layer or product of its own, a convolution
 /// computing the same add.
-fn refit_point(recorded: &CalibrationPoint, estimate: &Estimate) -> CalibrationPoint {
+fn refit_point(recorded: &CalibrationPoint, estimate: &Estimate, layout: Vec<LayoutPoint>) -> CalibrationPoint {
     let layers: HashMap<&str, &crate::estimate::LayerEstimate> =
         estimate.layers.iter().map(|l| (l.name.as_str(), l)).collect();
     let own_time = |name: &str| {
@@ -438,8 +472,15 @@ fn refit_point(recorded: &CalibrationPoint, estimate: &Estimate) -> CalibrationP
         .filter(|r| layers.get(r.layer.as_str()).is_some_and(|l| l.predictor.fused_add() == Some(r.add.as_str())))
         .filter_map(|r| Some(ResidualAddPoint { predicted_ms: own_time(&r.layer)?, ..r.clone() }))
         .collect();
+    let measured: HashMap<&str, f64> =
+        recorded.layout_layers.iter().map(|l| (l.layer.as_str(), l.measured_ms)).collect();
+    let layout_layers = layout
+        .into_iter()
+        .filter_map(|l| Some(LayoutPoint { measured_ms: *measured.get(l.layer.as_str())?, ..l }))
+        .collect();
     CalibrationPoint {
         dense_layers: retimed(&recorded.dense_layers),
+        layout_layers,
         matmul_layers: retimed(&recorded.matmul_layers),
         residual_adds,
         executing_layers: estimate.executing_layers(),
