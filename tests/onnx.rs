@@ -660,7 +660,8 @@ fn a_torchvision_convnext_from_both_exporters_imports_and_runs() {
 
 /// tests/data/tf2onnx/make_tf2onnx_fixtures.py: Keras models converted by tf2onnx 1.17 (TensorFlow 2.21, Keras
 /// 3.15). A CNN (batch norms, ReLU6, a residual add) and squeeze-excite blocks (swish, hard sigmoid, a padded
-/// strided depthwise convolution) import with the input in either layout; a transformer block writes each layer
+/// strided depthwise convolution) import with the input in either layout, the batch norms tf2onnx does not fold
+/// and the hard sigmoids it writes out as one layer each; a transformer block writes each layer
 /// norm as TensorFlow's moments (global average pools of the sequence, Neg, Sub, the Reciprocal of a Sqrt) and
 /// GELU as its tanh approximation (or with erf and a product by 1/√2): one layer each. When tf2onnx's transpose
 /// optimiser gives up (a bias-less convolution before a hard sigmoid), the graph stays channels-last inside and
@@ -674,13 +675,20 @@ fn keras_models_converted_by_tf2onnx_import() {
     // The channels-last input is transposed once, then the layers are the same.
     assert_eq!(nhwc.layers[0].op, Op::Transpose { perm: vec![2, 0, 1] });
     assert_eq!(layer_ops(&nhwc)[1..], layer_ops(&nchw)[..]);
-    for (t, n) in [("conv2d", 3), ("depthwise_conv2d", 1), ("add", 1), ("dense", 1), ("global_avg_pool2d", 1)] {
+    // The batch norms tf2onnx leaves after the depthwise and the biased convolution (a per-channel Mul and Add)
+    // are batch norms again, not element-wise layers.
+    let expected = [("conv2d", 3), ("depthwise_conv2d", 1), ("batch_norm", 2), ("elementwise", 0), ("add", 1)];
+    for (t, n) in expected {
         assert_eq!(count(&nchw, t), n, "{t}: {:?}", layer_types(&nchw));
     }
+    let activations = |net: &Network, a: Activation| net.layers.iter().filter(|l| l.op == Op::Activation(a)).count();
     for file in ["tiny_se_opset13_nchw.onnx", "tiny_se_opset17_nhwc.onnx"] {
         let net = Network::load(data.join(file)).unwrap();
-        assert_eq!((count(&net, "multiply"), count(&net, "depthwise_conv2d")), (3, 1), "{file}");
-        assert_eq!(count(&net, "unsupported"), 0, "{file}");
+        // The written-out hard sigmoids (Add 3, Clip 0..6, Mul 1/6): two gates, and one times its input.
+        assert_eq!(activations(&net, Activation::HardSigmoid), 2, "{file}: {:?}", layer_ops(&net));
+        assert_eq!(activations(&net, Activation::HardSwish), 1, "{file}");
+        assert_eq!((count(&net, "multiply"), count(&net, "depthwise_conv2d")), (2, 1), "{file}");
+        assert_eq!((count(&net, "unsupported"), count(&net, "elementwise")), (0, 0), "{file}");
     }
     let dir = tempfile::tempdir().unwrap();
     for (file, approximation) in

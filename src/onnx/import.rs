@@ -6,9 +6,10 @@
 //! against tract's inference, so a mapping mistake is an error, not a silently wrong estimate.
 //!
 //! Choices:
-//! - An activation (Relu, Clip(0, 6), Sigmoid, Tanh, HardSwish, Softmax, LeakyRelu, Elu, HardSigmoid, and the
-//!   gate patterns `x * Sigmoid(x)` = swish, `x * HardSigmoid(x)` = hard swish, and GELU written as its erf
-//!   formula) that is the only consumer of a
+//! - An activation (Relu, Clip(0, 6), Sigmoid, Tanh, HardSwish, Softmax, LeakyRelu, Elu, HardSigmoid, a hard
+//!   sigmoid written out as `Clip(x + 3, 0, 6) / 6`, and the gate patterns `x * Sigmoid(x)` = swish,
+//!   `x * HardSigmoid(x)` = hard swish, and GELU written as its erf formula or its tanh approximation, their
+//!   products in any grouping) that is the only consumer of a
 //!   conv, depthwise or dense output is fused into that layer's `activation`, as Keras describes layers and as
 //!   the collector measures them; elsewhere it is an `activation` layer. `MatMul` followed by a constant `Add`
 //!   is one dense layer with a bias.
@@ -27,7 +28,7 @@
 //!   with `units` (a constant `Add` after it its bias), a `MatMul` of two tensors a product, `Softmax` over an
 //!   axis other than the channels' and `LayerNormalization` are those layers (axes counted from the end), as is
 //!   a layer norm written out before opset 17 (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, then a Mul by
-//!   the scale and an Add of the bias); a `Transpose` that keeps the batch first is one; an Add, Sub, Mul or Div
+//!   the scale and an Add of the bias) or as tf2onnx writes TensorFlow's moments; a `Transpose` that keeps the batch first is one; an Add, Sub, Mul or Div
 //!   of a tensor and a constant is an `elementwise` layer, a `Gather` of the network's ids in a constant table
 //!   an `embedding`, and a `Gather` of one element of the first axis after the batch (a class token) a
 //!   `channel_slice` and a `reshape` that drops the axis; a `Gather` of every element of an axis in order (the
@@ -40,6 +41,8 @@
 //!   transpose that moves only axes of one element is a reshape; a Gemm on such rows a product with a weight.
 //! - A Concat of a tensor with constants along an axis after the batch (a ViT's class token before its patches)
 //!   is a zero padding of that axis: the tensor copied into a larger buffer, which is what it costs.
+//! - A per-channel `Mul` and `Add` of constants on `[N, C, H, W]` (a batch norm tf2onnx leaves after a depthwise
+//!   or biased convolution) is a batch norm.
 //! - A symbolic batch dimension is fixed to 1; any other symbolic input dimension is an error.
 
 use crate::error::{Error, Result};
@@ -589,13 +592,20 @@ impl<'a> Importer<'a> {
                 let (x, g) = (&node.input[x], &node.input[g]);
                 let Some(&gate) = self.producer.get(g.as_str()) else { continue };
                 let gate_node = &self.graph.node[gate];
-                let activation = match gate_node.op_type.as_str() {
-                    "Sigmoid" => Activation::Swish,
-                    "HardSigmoid" if hard_sigmoid_is_hard_swish_gate(gate_node) => Activation::HardSwish,
-                    _ => continue,
+                // The gate's input and the nodes it is made of.
+                let (activation, input, mut inner) = match gate_node.op_type.as_str() {
+                    "Sigmoid" => (Activation::Swish, gate_node.input.first().cloned(), vec![]),
+                    "HardSigmoid" if hard_sigmoid_is_hard_swish_gate(gate_node) => {
+                        (Activation::HardSwish, gate_node.input.first().cloned(), vec![])
+                    }
+                    _ => match self.arithmetic_hard_sigmoid_at(gate) {
+                        Some((input, inner)) => (Activation::HardSwish, Some(input), inner),
+                        None => continue,
+                    },
                 };
-                if gate_node.input.first() == Some(x) && self.consumers(g) == 1 && self.value(x).is_none() {
-                    gates.absorbed.insert(gate);
+                if input.as_ref() == Some(x) && self.consumers(g) == 1 && self.value(x).is_none() {
+                    inner.push(gate);
+                    gates.absorbed.extend(inner);
                     gates.gated.insert(index, (x.clone(), activation));
                     break;
                 }
@@ -610,9 +620,75 @@ impl<'a> Importer<'a> {
             if let Some((x, norm, parts)) = norm {
                 gates.absorbed.extend(parts);
                 gates.norms.insert(index, (x, norm));
+                continue;
+            }
+            if gates.absorbed.contains(&index) {
+                continue;
+            }
+            // A hard sigmoid written out (that no hard swish took), a batch norm written as a per-channel
+            // product and sum: one layer each.
+            let written_out = match self.arithmetic_hard_sigmoid_at(index) {
+                Some((x, parts)) => Some((x, Op::Activation(Activation::HardSigmoid), parts)),
+                None => self.per_channel_affine_at(index).map(|(x, parts)| (x, Op::BatchNorm, parts)),
+            };
+            if let Some((x, op, parts)) = written_out {
+                gates.absorbed.extend(parts);
+                gates.norms.insert(index, (x, op));
             }
         }
         gates
+    }
+
+    /// A hard sigmoid written out, as tf2onnx writes Keras': `Mul(Clip(Add(x, 3), 0, 6), 1/6)` (or a `Div` by 6),
+    /// `last` its final node: the input `x` and the inner nodes (the Add and the Clip).
+    fn arithmetic_hard_sigmoid_at(&self, last: usize) -> Option<(String, Vec<usize>)> {
+        let node = &self.graph.node[last];
+        let scalar = |t: &str| self.value(t).and_then(|v| scalar_f32(&v).ok());
+        let [a, b] = node.input.as_slice() else { return None };
+        let sixth = |t: &str| scalar(t).is_some_and(|v| close(v, 1.0 / 6.0));
+        let clipped = match node.op_type.as_str() {
+            "Mul" if sixth(b) => a,
+            "Mul" if sixth(a) => b,
+            "Div" if scalar(b) == Some(6.0) => a,
+            _ => return None,
+        };
+        let clip = self.produced_by(clipped, "Clip", 1)?;
+        if self.clip_bounds(&self.graph.node[clip]).ok()? != (Some(0.0), Some(6.0)) {
+            return None;
+        }
+        let add = self.produced_by(self.graph.node[clip].input.first()?, "Add", 1)?;
+        let [p, q] = self.graph.node[add].input.as_slice() else { return None };
+        let x = match (scalar(p), scalar(q)) {
+            (_, Some(3.0)) => p,
+            (Some(3.0), _) => q,
+            _ => return None,
+        };
+        self.value(x).is_none().then(|| (x.clone(), vec![add, clip]))
+    }
+
+    /// A batch norm as tf2onnx leaves it after a depthwise convolution or one with a bias: `Add(Mul(x, scale),
+    /// shift)` of an `[N, C, H, W]` tensor and constants of one value per channel (`[1, C, 1, 1]`). `last` is the
+    /// Add: the tensor and the inner node (the Mul).
+    fn per_channel_affine_at(&self, last: usize) -> Option<(String, Vec<usize>)> {
+        let node = &self.graph.node[last];
+        if node.op_type != "Add" {
+            return None;
+        }
+        let constant_of = |n: &NodeProto| -> Option<(String, Vec<usize>)> {
+            let [a, b] = n.input.as_slice() else { return None };
+            match (self.value(a), self.value(b)) {
+                (None, Some(c)) => Some((a.clone(), c.shape().to_vec())),
+                (Some(c), None) => Some((b.clone(), c.shape().to_vec())),
+                _ => None,
+            }
+        };
+        let (m, shift_shape) = constant_of(node)?;
+        let mul = self.produced_by(&m, "Mul", 1)?;
+        let (x, scale_shape) = constant_of(&self.graph.node[mul])?;
+        let shape = self.shape(&x)?;
+        let [_, channels, _, _] = shape.as_slice() else { return None };
+        let per_channel = |s: &[usize]| matches!(s, [c, 1, 1] | [1, c, 1, 1] if c == channels);
+        (per_channel(&shift_shape) && per_channel(&scale_shape)).then(|| (x, vec![mul]))
     }
 
     /// Layer normalisation as exporters write it before opset 17: `Add(Mul(Div(Sub(x, ReduceMean(x)),
