@@ -673,6 +673,40 @@ impl CalibrateSetup {
     }
 }
 
+/// With ONNX Runtime's rules a convolution whose activation the engine runs as a node of its own (swish after a
+/// blocked convolution) is predicted as those two nodes: the same time as the convolution without it followed
+/// by the activation as a layer; a convolution whose activation ONNX Runtime fuses (ReLU) is predicted whole.
+#[test]
+fn onnxruntime_estimates_an_activation_it_runs_apart_as_its_own_node() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let net = |layers: &str| format!(r#"{{"name": "n", "input_shape": [32, 56, 56], "layers": [{layers}]}}"#);
+    let conv = |activation: &str| {
+        format!(r#"{{"name": "c", "type": "conv2d", "filters": 64, "kernel": [1, 1], "activation": "{activation}"}}"#)
+    };
+    std::fs::write(dir.path().join("fused.json"), net(&conv("swish"))).unwrap();
+    let apart = format!(r#"{}, {{"name": "s", "type": "activation", "function": "swish"}}"#, conv("linear"));
+    std::fs::write(dir.path().join("apart.json"), net(&apart)).unwrap();
+    std::fs::write(dir.path().join("relu.json"), net(&conv("relu"))).unwrap();
+    let total = |file: &str| {
+        let models = root.join("models");
+        let args = ["estimate", file, "--device", "zen4-ort", "--uncalibrated", "--format", "json", "--models-dir"];
+        let v = json_of(&perfmodel(dir.path(), &[&args[..], &[models.to_str().unwrap()]].concat()));
+        v["total"]["latency_ms"].as_f64().unwrap()
+    };
+    let (fused, apart) = (total("fused.json"), total("apart.json"));
+    assert!(close(fused, apart), "{fused} against {apart}");
+    // A ReLU runs inside the convolution: the configuration is predicted whole, not as the sum of two nodes.
+    let linear = net(&conv("linear"));
+    std::fs::write(dir.path().join("linear.json"), linear).unwrap();
+    // The ReLU on the convolution's output, [64, 56, 56].
+    let relu_alone =
+        net(r#"{"name": "r", "type": "activation", "function": "relu"}"#).replace("[32, 56, 56]", "[64, 56, 56]");
+    std::fs::write(dir.path().join("relu_alone.json"), relu_alone).unwrap();
+    let sum = total("linear.json") + total("relu_alone.json");
+    assert!(!close(total("relu.json"), sum), "{sum}");
+}
+
 /// `calibrate --refit` runs nothing: it estimates the recorded networks anew with the device's models and fits
 /// the recorded measurements, which it keeps (same models, same machine: the same fit). A calibration it cannot
 /// refit (none, a network the zoo does not have, models describing another machine's engine without

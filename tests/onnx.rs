@@ -390,6 +390,23 @@ fn both_exports(name: &str) -> (Network, std::path::PathBuf) {
     (script, data)
 }
 
+/// `import-onnx` of `onnx` works, the shipped `zen4` device (which has the transformer types) estimates every
+/// layer of the result, and tract runs it.
+fn imports_estimates_and_runs(onnx: &Path) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = perfmodel(dir.path(), &["import-onnx", onnx.to_str().unwrap(), "-o", "net.json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let root = env!("CARGO_MANIFEST_DIR");
+    let (models, collectors) = (format!("{root}/models"), format!("{root}/collectors"));
+    let args = ["estimate", "net.json", "--device", "zen4", "--format", "json", "--models-dir", &models];
+    let out = perfmodel(dir.path(), &[&args[..], &["--collectors-dir", &collectors]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(json["uncovered"].as_array().unwrap().is_empty(), "{}: {json}", onnx.display());
+    let out = perfmodel(dir.path(), &["bench", "net.json", "--rounds", "1", "--warmup", "0"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
 fn layer_types(net: &Network) -> Vec<&'static str> {
     net.layers.iter().map(|l| l.op.layer_type().as_str()).collect()
 }
@@ -553,7 +570,7 @@ fn a_bert_encoder_from_both_exporters_imports_and_runs() {
     }
 }
 
-/// tests/data/torch/make_tiny_vit.py: torchvision's `VisionTransformer` (2 layers of 64 features, 2 heads, 16
+/// tests/data/torch/make_tiny_torchvision.py: torchvision's `VisionTransformer` (2 layers of 64 features, 2 heads, 16
 /// patches and a class token) from both exporters. Its `nn.MultiheadAttention` computes sequence first: the
 /// exports put the batch of 1 behind the tokens, split the packed query/key/value projection with Unsqueeze,
 /// Transpose, Squeeze and Gather, and bring the batch back. With a batch of 1 such tensors are taken whole per
@@ -597,22 +614,10 @@ fn a_torchvision_vit_from_both_exporters_imports_and_runs() {
     let pad = net.layers.iter().position(|l| matches!(l.op, Op::ZeroPadding2d { .. })).unwrap();
     assert_eq!(net.layers[pad].op, Op::ZeroPadding2d { padding: [1, 0, 0, 0] });
     assert_eq!(analysis.output_shapes[pad], vec![1, 17, 64], "16 patches and the class token");
-    let dir = tempfile::tempdir().unwrap();
-    let path = data.join("tiny_vit_torchscript.onnx");
-    let out = perfmodel(dir.path(), &["import-onnx", path.to_str().unwrap(), "-o", "net.json"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let root = env!("CARGO_MANIFEST_DIR");
-    let (models, collectors) = (format!("{root}/models"), format!("{root}/collectors"));
-    let args = ["estimate", "net.json", "--device", "zen4", "--format", "json", "--models-dir", &models];
-    let out = perfmodel(dir.path(), &[&args[..], &["--collectors-dir", &collectors]].concat());
-    assert!(out.status.success(), "{}", stderr(&out));
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(json["uncovered"].as_array().unwrap().is_empty(), "{json}");
-    let out = perfmodel(dir.path(), &["bench", "net.json", "--rounds", "1", "--warmup", "0"]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    imports_estimates_and_runs(&data.join("tiny_vit_torchscript.onnx"));
 }
 
-/// tests/data/torch/make_tiny_convnext.py: torchvision's `ConvNeXt` in two small stages, as PyTorch exports
+/// tests/data/torch/make_tiny_torchvision.py: torchvision's `ConvNeXt` in two small stages, as PyTorch exports
 /// convnext_tiny: each block's layer norm over the channels between permutes to channels-last and back, its two
 /// products with a weight on the channels-last tensor and GELU between them, its layer scale (a constant per
 /// channel), the residual add; the newer exporter views the pooled tensor through a Gather of every index in
@@ -643,19 +648,7 @@ fn a_torchvision_convnext_from_both_exporters_imports_and_runs() {
     for (t, n) in expected {
         assert_eq!(count.get(t), Some(&n), "{t} in {count:?}");
     }
-    let dir = tempfile::tempdir().unwrap();
-    let path = data.join("tiny_convnext_dynamo.onnx");
-    let out = perfmodel(dir.path(), &["import-onnx", path.to_str().unwrap(), "-o", "net.json"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let root = env!("CARGO_MANIFEST_DIR");
-    let (models, collectors) = (format!("{root}/models"), format!("{root}/collectors"));
-    let args = ["estimate", "net.json", "--device", "zen4", "--format", "json", "--models-dir", &models];
-    let out = perfmodel(dir.path(), &[&args[..], &["--collectors-dir", &collectors]].concat());
-    assert!(out.status.success(), "{}", stderr(&out));
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(json["uncovered"].as_array().unwrap().is_empty(), "{json}");
-    let out = perfmodel(dir.path(), &["bench", "net.json", "--rounds", "1", "--warmup", "0"]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    imports_estimates_and_runs(&data.join("tiny_convnext_dynamo.onnx"));
 }
 
 /// tests/data/tf2onnx/make_tf2onnx_fixtures.py: Keras models converted by tf2onnx 1.17 (TensorFlow 2.21, Keras
@@ -701,18 +694,7 @@ fn keras_models_converted_by_tf2onnx_import() {
         let gelus = net.layers.iter().filter(|l| l.op == Op::Activation(Activation::Gelu)).count();
         assert_eq!(gelus, 1, "{approximation} GELU: {:?}", layer_types(&net));
         assert_eq!((count(&net, "softmax"), count(&net, "unsupported")), (1, 0), "{file}");
-        let path = data.join(file);
-        let out = perfmodel(dir.path(), &["import-onnx", path.to_str().unwrap(), "-o", "net.json"]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        let root = env!("CARGO_MANIFEST_DIR");
-        let (models, collectors) = (format!("{root}/models"), format!("{root}/collectors"));
-        let args = ["estimate", "net.json", "--device", "zen4", "--format", "json", "--models-dir", &models];
-        let out = perfmodel(dir.path(), &[&args[..], &["--collectors-dir", &collectors]].concat());
-        assert!(out.status.success(), "{}", stderr(&out));
-        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert!(json["uncovered"].as_array().unwrap().is_empty(), "{json}");
-        let out = perfmodel(dir.path(), &["bench", "net.json", "--rounds", "1", "--warmup", "0"]);
-        assert!(out.status.success(), "{}", stderr(&out));
+        imports_estimates_and_runs(&data.join(file));
     }
     let path = data.join("tiny_se_nobias_opset13_nchw.onnx");
     let out = perfmodel(dir.path(), &["import-onnx", path.to_str().unwrap(), "-o", "nobias.json"]);

@@ -15,7 +15,7 @@ mod tract;
 pub use onnxruntime::OnnxRuntime;
 pub use tract::{kind_of, Tract};
 
-use crate::layer::{Activation, LayerConfig, LayerCost, LayerType, Op};
+use crate::layer::{Activation, ElementwiseFn, LayerConfig, LayerCost, LayerType, Op};
 use crate::network::{Analysis, Network, Source};
 
 /// The structure kind of an activation or add that the engine fuses into the product before it (a fused op of
@@ -381,6 +381,18 @@ impl EngineRules for Generic {
 /// Activation functions an engine applies inside the convolution / matrix-product kernel.
 pub fn fuses_into_kernel(a: Activation) -> bool {
     matches!(a, Activation::Linear | Activation::Relu | Activation::Relu6 | Activation::LeakyRelu)
+}
+
+/// The product of two tensors that layer `i` multiplies or divides by a scalar, when `i` is its only reader
+/// (attention's scale of the scores, which tract and ONNX Runtime both apply in the product).
+pub fn scaled_product(net: &Network, analysis: &Analysis, only_reader: &[Option<usize>], i: usize) -> Option<usize> {
+    let Op::Elementwise { function: ElementwiseFn::Mul | ElementwiseFn::Div, constant_shape } = &net.layers[i].op
+    else {
+        return None;
+    };
+    let [Source::Layer(j)] = analysis.sources[i].as_slice() else { return None };
+    let product = matches!(net.layers[*j].op, Op::MatMul { units: None, .. });
+    (constant_shape.iter().product::<usize>() == 1 && product && only_reader[*j] == Some(i)).then_some(*j)
 }
 
 /// The one layer reading each layer's output, `None` for a layer read by none or by several.

@@ -194,7 +194,7 @@ pub(super) fn predict(
         let output = &analysis.output_shapes[i];
         let prediction = match activation_apart(rules, config, output) {
             Some((product, activation)) => {
-                predict_apart(estimator, &product, &activation, output, cost).map_err(|e| layer_error(net, i, e))?
+                predict_apart(estimator, &product, &activation, output).map_err(|e| layer_error(net, i, e))?
             }
             None => None,
         };
@@ -293,9 +293,10 @@ fn predict_apart(
     product: &LayerConfig,
     activation: &LayerConfig,
     output: &Shape,
-    cost: &LayerCost,
 ) -> std::result::Result<Option<Prediction>, LayerError> {
-    let Some(mut p) = estimator.predict(product, output, cost)? else { return Ok(None) };
+    // The product's own cost (without the activation's operations).
+    let product_cost = product.cost_of_output(output)?;
+    let Some(mut p) = estimator.predict(product, output, &product_cost)? else { return Ok(None) };
     let activation_cost = activation.cost_of_output(output)?;
     let Some(a) = estimator.predict(activation, output, &activation_cost)? else { return Ok(None) };
     p.latency_ms += a.latency_ms;
@@ -374,9 +375,9 @@ pub(super) fn latency(
     let network_weight_bytes: u64 = analysis.costs.iter().map(|c| c.weight_elems * BYTES_PER_ELEMENT).sum();
     let mut own: Vec<Option<f64>> = answers.iter().map(|a| a.latency_ms).collect();
     if let Some((rules, ms_per_mib)) = layout {
-        // The calibration's share of the store's rate (fitted on estimates at the rate itself).
+        // The calibration's share of the credit (fitted on estimates with all of it).
         let scale = correction.map_or(1.0, |c| c.layout_credit_scale);
-        layout_conversions(net, analysis, plan, rules, ms_per_mib * scale, &mut own);
+        layout_conversions(net, analysis, plan, rules, ms_per_mib, scale, &mut own);
     }
     own.iter()
         .enumerate()
@@ -399,23 +400,30 @@ pub(super) fn latency(
 
 /// Part of pass 2, before the calibration's terms (which were fitted on estimates with it): take off a running
 /// layer's latency the layout conversions it paid when measured alone and does not
-/// pay in this network ([`EngineRules::layout_bytes_saved`], at `ms_per_mib`). At most half of its latency: a
-/// conversion costs less than the layer it surrounds.
+/// pay in this network ([`EngineRules::layout_bytes_saved`], at `ms_per_mib`), at most half of its latency (a
+/// conversion costs less than the layer it surrounds), and of that credit the calibration's share `scale`.
 fn layout_conversions(
     net: &Network,
     analysis: &Analysis,
     plan: &Plan,
     rules: &dyn EngineRules,
     ms_per_mib: f64,
+    scale: f64,
     latency: &mut [Option<f64>],
 ) {
     let saved_bytes = rules.layout_bytes_saved(net, analysis, plan);
     for (t, &saved) in latency.iter_mut().zip(&saved_bytes) {
         let Some(ms) = t.as_mut() else { continue };
         if saved > 0 {
-            *ms -= (saved as f64 / crate::units::MIB * ms_per_mib).min(*ms / 2.0);
+            *ms -= layout_credit_ms(saved, ms_per_mib, *ms) * scale;
         }
     }
+}
+
+/// The conversions a layer predicted at `own_ms` does not pay in a network, `saved_bytes` of them at
+/// `ms_per_mib`: at most half its time.
+pub(super) fn layout_credit_ms(saved_bytes: u64, ms_per_mib: f64, own_ms: f64) -> f64 {
+    (saved_bytes as f64 / crate::units::MIB * ms_per_mib).min(own_ms / 2.0)
 }
 
 /// Pass 3: each layer's energy, latency × power (ms × W = mJ); 0 for a layer that does not run. Returns the
@@ -605,6 +613,37 @@ pub(super) fn totals(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::rules::OnnxRuntime;
+    use crate::engine::GraphOptimization;
+
+    /// The calibration's share applies to the credit as capped (at most half the layer's time), as it was fitted.
+    #[test]
+    fn the_layout_credit_share_applies_to_the_capped_credit() {
+        let net = Network::from_json_str(
+            r#"{"name": "chain", "input_shape": [32, 32, 32], "layers": [
+              {"name": "a", "type": "conv2d", "filters": 32, "kernel": [3, 3], "padding": "same"},
+              {"name": "b", "type": "conv2d", "filters": 32, "kernel": [3, 3], "padding": "same"},
+              {"name": "c", "type": "conv2d", "filters": 32, "kernel": [3, 3], "padding": "same"}]}"#,
+            "chain.json",
+        )
+        .unwrap();
+        let analysis = net.analyze().unwrap();
+        let rules = OnnxRuntime { level: GraphOptimization::All, nchwc_block: 16 };
+        let plan = rules.plan(&net, &analysis);
+        // `b` is blocked in and out inside the chain: 2 x 128 KiB of conversions it does not pay.
+        let saved = rules.layout_bytes_saved(&net, &analysis, &plan);
+        assert_eq!(saved[1], 2 * 32 * 32 * 32 * 4);
+        let run = |rate: f64, scale: f64| {
+            let mut latency = vec![Some(1.0); 3];
+            layout_conversions(&net, &analysis, &plan, &rules, rate, scale, &mut latency);
+            latency[1].unwrap()
+        };
+        // Uncapped: 0.25 MiB at 1 ms per MiB, a 0.4 share of it.
+        assert!((run(1.0, 0.4) - (1.0 - 0.4 * 0.25)).abs() < 1e-12);
+        // Capped at half of 1 ms whatever the rate; the share of the half.
+        assert!((run(100.0, 1.0) - 0.5).abs() < 1e-12);
+        assert!((run(100.0, 0.4) - (1.0 - 0.4 * 0.5)).abs() < 1e-12);
+    }
 
     #[test]
     fn what_answered_prints_and_compares_as_the_strings_of_the_estimate_s_json() {

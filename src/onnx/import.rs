@@ -293,24 +293,27 @@ impl<'a> Importer<'a> {
         }
         let rank = dynamic.first().and_then(|t| self.onnx_shape(t)).map_or(0, |s| s.len()) as i64;
         let op = node.op_type.clone();
+        // A lookup in a constant table: its axis is the table's, not the ids'.
+        let table_lookup = op == "Gather" && node.input.first().is_some_and(|t| self.value(t).is_some());
         let mut has_axis = false;
         for attr in &mut node.attribute {
             match attr.name.as_str() {
-                "perm" => attr.ints = std::iter::once(0).chain(attr.ints.iter().map(|p| p + 1)).collect(),
-                "axis" => {
+                "perm" => attr.ints = std::iter::once(0).chain(attr.ints.iter().map(|p| p.saturating_add(1))).collect(),
+                "axis" if !table_lookup => {
                     has_axis = true;
                     if attr.i >= 0 {
-                        attr.i += 1;
+                        attr.i = attr.i.saturating_add(1);
                     }
                 }
-                "axes" => attr.ints.iter_mut().filter(|a| **a >= 0).for_each(|a| *a += 1),
+                "axes" => attr.ints.iter_mut().filter(|a| **a >= 0).for_each(|a| *a = a.saturating_add(1)),
                 _ => {}
             }
         }
         // Defaults that count from the front: a gather's and a split's axis 0, a softmax's 1 before opset 13, a
         // transpose's reversal.
         let default_axis = match op.as_str() {
-            "Gather" | "Split" => Some(1),
+            "Gather" if !table_lookup => Some(1),
+            "Split" => Some(1),
             "Softmax" | "LogSoftmax" if self.opset < 13 => Some(2),
             _ => None,
         };
@@ -371,7 +374,7 @@ impl<'a> Importer<'a> {
             let shuffle = gates.shuffles.get(&index);
             let norm = gates.norms.get(&index);
             let dynamic: Vec<&String> = match (gate, shuffle, norm) {
-                (Some((x, _)), _, _) | (None, Some((x, _)), _) | (None, None, Some((x, _))) => vec![x],
+                (Some((x, _, _)), _, _) | (None, Some((x, _)), _) | (None, None, Some((x, _))) => vec![x],
                 (None, None, None) => node.input.iter().filter(|s| !s.is_empty() && self.value(s).is_none()).collect(),
             };
             // With a batch of 1, a node on tensors whose first axis is not the batch, or that moves it, maps with
@@ -382,10 +385,18 @@ impl<'a> Importer<'a> {
                 && !pattern
                 && !dynamic.is_empty()
                 && (batchless_in || (dynamic.len() == 1 && self.moves_batch(node, dynamic[0])));
+            // Axes given as inputs (Slice's, Pad's, a reduction's since opset 18) count with the batch first:
+            // on a batch-less tensor they would name the wrong axes.
+            let axes_as_inputs = matches!(node.op_type.as_str(), "Slice" | "Pad")
+                || (node.op_type.starts_with("Reduce") && node.input.len() > 1);
             let relaid_node;
             let (node, dynamic_names): (&NodeProto, Vec<String>) = if relaid {
                 let (relaid_to, inputs, views) = self.relayout(node, &dynamic);
                 for (name, op, from, view) in views {
+                    // Viewed so before (its batch moved back, or another reader): the same view.
+                    if built.source.contains_key(&view) {
+                        continue;
+                    }
                     let Some(from) = built.source.get(&from).cloned() else {
                         return Err(self.error(format!(
                             "node '{base_name}' ({}) reads '{from}', which no node produces",
@@ -420,7 +431,10 @@ impl<'a> Importer<'a> {
                 }
             }
             let mapping = match (gate, shuffle, norm) {
-                (Some((x, activation)), _, _) => Ok(self.activation_mapping(x, *activation, 2, &built)),
+                _ if relaid && axes_as_inputs => {
+                    Err("not supported on a tensor whose first axis is not the batch (its axes are inputs)".into())
+                }
+                (Some((x, activation, reads)), _, _) => Ok(self.activation_mapping(x, *activation, *reads, &built)),
                 (None, Some((_, groups)), _) => Ok(Mapping::Layer(Op::ChannelShuffle { groups: *groups })),
                 (None, None, Some((_, op))) => Ok(Mapping::Layer(op.clone())),
                 (None, None, None) => self.map_node(node, &dynamic, &built),
@@ -605,14 +619,16 @@ impl<'a> Importer<'a> {
                 };
                 if input.as_ref() == Some(x) && self.consumers(g) == 1 && self.value(x).is_none() {
                     inner.push(gate);
+                    let reads = self.reads_of(x, inner.iter().copied().chain([index]));
                     gates.absorbed.extend(inner);
-                    gates.gated.insert(index, (x.clone(), activation));
+                    gates.gated.insert(index, (x.clone(), activation, reads));
                     break;
                 }
             }
             if let Some((x, parts)) = self.gelu_ending_at(node).or_else(|| self.tanh_gelu_ending_at(node)) {
+                let reads = self.reads_of(&x, parts.iter().copied().chain([index]));
                 gates.absorbed.extend(parts);
-                gates.gated.insert(index, (x, Activation::Gelu));
+                gates.gated.insert(index, (x, Activation::Gelu, reads));
             }
         }
         for index in 0..self.graph.node.len() {
@@ -637,6 +653,12 @@ impl<'a> Importer<'a> {
             }
         }
         gates
+    }
+
+    /// How many inputs of `nodes` read `x`: a pattern's reads of the tensor it gates, which are then all of its
+    /// readers when the activation fuses into the layer producing it.
+    fn reads_of(&self, x: &str, nodes: impl Iterator<Item = usize>) -> usize {
+        nodes.map(|n| self.graph.node[n].input.iter().filter(|i| *i == x).count()).sum()
     }
 
     /// A hard sigmoid written out, as tf2onnx writes Keras': `Mul(Clip(Add(x, 3), 0, 6), 1/6)` (or a `Div` by 6),
@@ -925,9 +947,14 @@ impl<'a> Importer<'a> {
     /// op's node indices.
     fn one_plus(&self, gate: &str, op: &str) -> Option<(usize, usize)> {
         let add = self.produced_by(gate, "Add", 1)?;
-        let node = &self.graph.node[add];
-        let one = node.input.iter().position(|i| self.value(i).and_then(|v| scalar_f32(&v).ok()) == Some(1.0))?;
-        let inner = self.produced_by(node.input.get(1 - one)?, op, 1)?;
+        let [a, b] = self.graph.node[add].input.as_slice() else { return None };
+        let is_one = |t: &str| self.value(t).and_then(|v| scalar_f32(&v).ok()) == Some(1.0);
+        let other = match (is_one(a), is_one(b)) {
+            (true, false) => b,
+            (false, true) => a,
+            _ => return None,
+        };
+        let inner = self.produced_by(other, op, 1)?;
         Some((add, inner))
     }
 
@@ -978,14 +1005,13 @@ impl<'a> Importer<'a> {
                 continue;
             };
             let Some(sum_add) = self.produced_by(sum, "Add", 1) else { continue };
-            let sum_node = &self.graph.node[sum_add];
-            let Some(cube_side) = sum_node.input.iter().position(|i| *i != x) else { continue };
-            if sum_node.input.get(1 - cube_side) != Some(&x) {
-                continue;
-            }
-            let Some((coefficient, cube, cube_nodes)) = self.product_factors(&sum_node.input[cube_side], 1) else {
-                continue;
+            let [p, q] = self.graph.node[sum_add].input.as_slice() else { continue };
+            let cube_term = match (*p == x, *q == x) {
+                (true, false) => q,
+                (false, true) => p,
+                _ => continue,
             };
+            let Some((coefficient, cube, cube_nodes)) = self.product_factors(cube_term, 1) else { continue };
             if close(coefficient, 0.044715) && cube.len() == 3 && cube.iter().all(|c| *c == x) {
                 let mut parts = parts;
                 parts.extend([add, tanh, sum_add]);
@@ -1220,7 +1246,7 @@ impl<'a> Importer<'a> {
                 let bias = node.input.get(2).filter(|b| !b.is_empty());
                 if let Some(b) = bias {
                     let b = self.value(b).ok_or("the bias is not constant")?;
-                    if b.len() != units {
+                    if b.len() != units || b.shape().last() != Some(&units) {
                         return Err(format!("only a bias of one value per unit is supported (shape {:?})", b.shape()));
                     }
                 }
@@ -1704,8 +1730,8 @@ struct Gates {
     /// Sigmoid / HardSigmoid nodes folded into the Mul that gates with them, the inner nodes of GELUs, and the
     /// first Reshape and the Transpose of channel shuffles.
     absorbed: HashSet<usize>,
-    /// Mul node → (gated tensor, activation).
-    gated: HashMap<usize, (String, Activation)>,
+    /// Mul node → (gated tensor, activation, how many of the pattern's inputs read the tensor).
+    gated: HashMap<usize, (String, Activation, usize)>,
     /// The last Reshape of a channel shuffle → (the shuffled tensor, groups).
     shuffles: HashMap<usize, (String, usize)>,
     /// The last node of a layer norm written out in elementary ops → (the normalised tensor, the layer).

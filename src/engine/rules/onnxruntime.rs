@@ -17,16 +17,16 @@
 //! does not ([`EngineRules::layout_bytes_saved`]; the estimate takes them off at the rate `train` timed).
 //!
 //! A transformer's layers (from `extended` on): a multiply or divide by a scalar after a product of two tensors
-//! becomes the product's scale (`MatMulScaleFusion`: one `FusedMatMul`), and an add of two tensors whose only
-//! reader is a layer norm over the last axis is computed by it (`SkipLayerNormFusion`: BERT's post-norm
+//! becomes the product's scale (`MatMulScaleFusion`: one `FusedMatMul`), and an add of two sequences (3-D with
+//! the batch) whose only reader is a layer norm over the last axis is computed by it (`SkipLayerNormFusion`: BERT's post-norm
 //! residuals; a pre-norm residual, which the next residual reads too, stays an `Add`).
 //!
 //! Not followed yet: the two channel slices of ShuffleNet's split, which ONNX Runtime runs as one `Split` at
 //! `extended` and above.
 
-use super::{single_readers, EngineRules, Fusion, Plan};
+use super::{scaled_product, single_readers, EngineRules, Fusion, Plan};
 use crate::engine::GraphOptimization;
-use crate::layer::{Activation, ElementwiseFn, Op};
+use crate::layer::{Activation, Op};
 use crate::network::{Analysis, Network, Source};
 
 /// ONNX Runtime at one graph-optimisation level, on a machine with NCHWc blocks of `nchwc_block` channels
@@ -299,16 +299,11 @@ impl EngineRules for OnnxRuntime {
         }
         let only_reader = single_readers(&analysis.sources, consumers);
         for (i, layer) in net.layers.iter().enumerate() {
+            if let Some(product) = scaled_product(net, analysis, &only_reader, i) {
+                folded[i] = Some((product, Fusion::Epilogue));
+                continue;
+            }
             match (&layer.op, analysis.sources[i].as_slice()) {
-                (
-                    Op::Elementwise { function: ElementwiseFn::Mul | ElementwiseFn::Div, constant_shape },
-                    [Source::Layer(j)],
-                ) if constant_shape.iter().product::<usize>() == 1
-                    && matches!(net.layers[*j].op, Op::MatMul { units: None, .. })
-                    && only_reader[*j] == Some(i) =>
-                {
-                    folded[i] = Some((*j, Fusion::Epilogue));
-                }
                 (Op::Add, [a, b]) if a != b => {
                     let shapes = analysis.input_shapes(i);
                     let Some(r) = only_reader[i] else { continue };
@@ -320,7 +315,9 @@ impl EngineRules for OnnxRuntime {
                         }
                         _ => false,
                     };
-                    if normalises_last_axis && shapes.len() == 2 && shapes[0] == shapes[1] {
+                    // `SkipLayerNormFusion` takes two 3-D inputs of one shape (`[batch, tokens, features]`).
+                    let sequences = analysis.output_shapes[i].len() == 2;
+                    if normalises_last_axis && sequences && shapes.len() == 2 && shapes[0] == shapes[1] {
                         folded[i] = Some((r, Fusion::IntoReader));
                     }
                 }

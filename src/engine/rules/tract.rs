@@ -3,10 +3,10 @@
 //! A rule here is decided on the graph, not on the instruction set: the same rewrite happens on every machine
 //! tract runs on, so a device's models trained with tract take these rules wherever the estimate runs.
 
-use super::{fuses_into_kernel, single_readers, EngineRules, Fusion};
+use super::{fuses_into_kernel, scaled_product, single_readers, EngineRules, Fusion};
 use crate::engine::packing::{conv_lowering, tract_plan_bytes, ConvLowering};
 use crate::estimate::memory::BYTES_PER_ELEMENT;
-use crate::layer::{Activation, ElementwiseFn, LayerConfig, LayerCost, Op};
+use crate::layer::{Activation, LayerConfig, LayerCost, Op};
 use crate::network::{Analysis, Network, Source};
 
 /// tract's rules.
@@ -201,17 +201,11 @@ impl EngineRules for Tract {
         }
         let only_reader = single_readers(&analysis.sources, consumers);
         for (i, layer) in net.layers.iter().enumerate() {
+            if let Some(product) = scaled_product(net, analysis, &only_reader, i) {
+                folded[i] = Some((product, Fusion::Epilogue));
+                continue;
+            }
             match &layer.op {
-                Op::Elementwise { function: ElementwiseFn::Mul | ElementwiseFn::Div, constant_shape }
-                    if constant_shape.iter().product::<usize>() == 1 =>
-                {
-                    if let [Source::Layer(j)] = analysis.sources[i].as_slice() {
-                        let product = matches!(net.layers[*j].op, Op::MatMul { units: None, .. });
-                        if product && only_reader[*j] == Some(i) {
-                            folded[i] = Some((*j, Fusion::Epilogue));
-                        }
-                    }
-                }
                 Op::Transpose { .. } => {
                     let Some(r) = only_reader[i] else { continue };
                     let owner = match &net.layers[r].op {

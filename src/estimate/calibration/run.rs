@@ -408,6 +408,18 @@ pub fn refit(
                 dirs.zoo.display()
             ))
         })?;
+        // The network measured: the same weights (a network of that name changed since is not).
+        let costs = net.analyze()?.costs;
+        let weight_mib = costs.iter().map(|c| c.weight_elems * BYTES_PER_ELEMENT).sum::<u64>() as f64 / MIB;
+        if (weight_mib - recorded.weight_mib).abs() > 1e-9 * recorded.weight_mib.max(1.0) {
+            return Err(Error::Invalid(format!(
+                "calibration network '{}' has {weight_mib:.3} MiB of weights in the zoo at {}, {:.3} MiB when it \
+                 was measured: it is not the network measured; calibrate on the device's machine",
+                recorded.network,
+                dirs.zoo.display(),
+                recorded.weight_mib
+            )));
+        }
         let estimate = estimator.estimate(net)?;
         if let Some(first) = estimate.uncovered.first() {
             return Err(Error::Invalid(format!(
@@ -445,6 +457,8 @@ pub fn refit(
         calibration = calibration.memory_only();
     } else if !old.network_latency {
         calibration = calibration.without_network_latency();
+    } else if let Some(why) = &calibration.network_latency_error {
+        log(format!("note: the whole-network latency terms are dropped: {why}"));
     }
     calibration.machine_speed_ratio = old.machine_speed_ratio;
     calibration.engine_structure = old.engine_structure;
