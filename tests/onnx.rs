@@ -407,6 +407,28 @@ fn imports_estimates_and_runs(onnx: &Path) {
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
+/// How many layers of each type `net` has.
+fn type_counts(net: &Network) -> std::collections::BTreeMap<&'static str, usize> {
+    let mut count = std::collections::BTreeMap::new();
+    for t in layer_types(net) {
+        *count.entry(t).or_default() += 1;
+    }
+    count
+}
+
+/// The torchvision fixture `tests/data/torch/NAME_{torchscript,dynamo}.onnx` from both exporters, which must
+/// give the same layers but views (reshapes, flattens: each exporter writes its own); the TorchScript one.
+fn both_exports_but_views(name: &str) -> Network {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch");
+    let script = Network::load(data.join(format!("{name}_torchscript.onnx"))).unwrap();
+    let dynamo = Network::load(data.join(format!("{name}_dynamo.onnx"))).unwrap();
+    let working = |net: &Network| -> Vec<serde_json::Value> {
+        layer_ops(net).into_iter().filter(|l| l["type"] != "reshape" && l["type"] != "flatten").collect()
+    };
+    assert_eq!(working(&script), working(&dynamo), "{name}");
+    script
+}
+
 fn layer_types(net: &Network) -> Vec<&'static str> {
     net.layers.iter().map(|l| l.op.layer_type().as_str()).collect()
 }
@@ -521,10 +543,7 @@ fn a_bert_encoder_from_both_exporters_imports_and_runs() {
         let net = Network::load(dir.path().join("net.json")).unwrap();
         assert_eq!(net.input_shape, vec![32]);
         assert_eq!(net.layers[0].op, Op::Embedding { vocab: 1000, features: 64 }, "{file}");
-        let mut count: std::collections::BTreeMap<&str, usize> = Default::default();
-        for t in layer_types(&net) {
-            *count.entry(t).or_default() += 1;
-        }
+        let count = type_counts(&net);
         // Per layer: 4 products by a weight (query, key, value, output) and 2 of the feed-forward, 2 of two
         // tensors; layer norms after the embeddings and twice a layer.
         for (t, n) in [("embedding", 1), ("matmul", 16), ("layer_norm", 5), ("softmax", 2), ("transpose", 8)] {
@@ -581,17 +600,9 @@ fn a_bert_encoder_from_both_exporters_imports_and_runs() {
 #[test]
 fn a_torchvision_vit_from_both_exporters_imports_and_runs() {
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch");
-    let net = Network::load(data.join("tiny_vit_torchscript.onnx")).unwrap();
-    let dynamo = Network::load(data.join("tiny_vit_dynamo.onnx")).unwrap();
-    // The same layers but free reshapes (the newer exporter views the transposed keys once more).
-    let working = |net: &Network| -> Vec<serde_json::Value> {
-        layer_ops(net).into_iter().filter(|l| l["type"] != "reshape").collect()
-    };
-    assert_eq!(working(&net), working(&dynamo));
-    let mut count: std::collections::BTreeMap<&str, usize> = Default::default();
-    for t in layer_types(&net) {
-        *count.entry(t).or_default() += 1;
-    }
+    // The newer exporter views the transposed keys once more.
+    let net = both_exports_but_views("tiny_vit");
+    let count = type_counts(&net);
     // Per layer: the packed projection, the output projection and the feed-forward's two products by a weight,
     // two products of two tensors; layer norms twice a layer and at the end; the class token picked at the end.
     let expected = [("matmul", 12), ("layer_norm", 5), ("softmax", 2), ("activation", 2), ("channel_slice", 7)];
@@ -626,16 +637,7 @@ fn a_torchvision_vit_from_both_exporters_imports_and_runs() {
 #[test]
 fn a_torchvision_convnext_from_both_exporters_imports_and_runs() {
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch");
-    let script = Network::load(data.join("tiny_convnext_torchscript.onnx")).unwrap();
-    let dynamo = Network::load(data.join("tiny_convnext_dynamo.onnx")).unwrap();
-    let working = |net: &Network| -> Vec<serde_json::Value> {
-        layer_ops(net).into_iter().filter(|l| l["type"] != "reshape" && l["type"] != "flatten").collect()
-    };
-    assert_eq!(working(&script), working(&dynamo));
-    let mut count: std::collections::BTreeMap<&str, usize> = Default::default();
-    for t in layer_types(&script) {
-        *count.entry(t).or_default() += 1;
-    }
+    let count = type_counts(&both_exports_but_views("tiny_convnext"));
     let expected = [
         ("depthwise_conv2d", 2),
         ("layer_norm", 5),
