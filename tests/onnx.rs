@@ -558,15 +558,7 @@ fn a_bert_encoder_from_both_exporters_imports_and_runs() {
             .iter()
             .any(|l| matches!(&l.op, Op::Elementwise { constant_shape, .. } if *constant_shape == [32, 64])));
         // The zoo's transformer device estimates every layer (the lookup by its memory traffic), and tract runs it.
-        let root = env!("CARGO_MANIFEST_DIR");
-        let (models, collectors) = (format!("{root}/models"), format!("{root}/collectors"));
-        let args = ["estimate", "net.json", "--device", "zen4", "--format", "json", "--models-dir", &models];
-        let out = perfmodel(dir.path(), &[&args[..], &["--collectors-dir", &collectors]].concat());
-        assert!(out.status.success(), "{}", stderr(&out));
-        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert!(json["uncovered"].as_array().unwrap().is_empty(), "{json}");
-        let out = perfmodel(dir.path(), &["bench", "net.json", "--rounds", "1", "--warmup", "0"]);
-        assert!(out.status.success(), "{}", stderr(&out));
+        imports_estimates_and_runs(&path);
         counts.push(count);
     }
     // At opset 14 the TorchScript exporter writes each layer norm out (ReduceMean, Sub, Pow, ReduceMean, Add,
