@@ -618,6 +618,37 @@ fn a_torchvision_vit_from_both_exporters_imports_and_runs() {
     assert_eq!(net.layers[pad].op, Op::ZeroPadding2d { padding: [1, 0, 0, 0] });
     assert_eq!(analysis.output_shapes[pad], vec![1, 17, 64], "16 patches and the class token");
     imports_estimates_and_runs(&data.join("tiny_vit_torchscript.onnx"));
+    // The estimate plans the attention's axis moves as tract runs them (its own trace of the imported network):
+    // the heads' transposes, even through reshapes, another transpose and the scalar scales, are packed by the
+    // products reading them, and the q/k/v slices are done by the transpose before them; the packed
+    // projection's transpose and the patches' one run.
+    let dir = tempfile::tempdir().unwrap();
+    let onnx = data.join("tiny_vit_torchscript.onnx");
+    assert!(perfmodel(dir.path(), &["import-onnx", onnx.to_str().unwrap(), "-o", "net.json"]).status.success());
+    let root = env!("CARGO_MANIFEST_DIR");
+    let (models, collectors) = (format!("{root}/models"), format!("{root}/collectors"));
+    let args = ["estimate", "net.json", "--device", "zen4", "--format", "json", "--models-dir", &models];
+    let out = perfmodel(dir.path(), &[&args[..], &["--collectors-dir", &collectors]].concat());
+    let estimate: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let args = ["bench", "net.json", "--rounds", "1", "--warmup", "0", "--memory-trace", "trace.csv"];
+    assert!(perfmodel(dir.path(), &args).status.success());
+    let trace = std::fs::read_to_string(dir.path().join("trace.csv")).unwrap();
+    let has_nodes = |layer: &str| trace.lines().any(|l| l.split(',').nth(2) == Some(layer));
+    let mut checked = 0;
+    for layer in estimate["layers"].as_array().unwrap() {
+        if layer["type"] != "transpose" && layer["type"] != "channel_slice" {
+            continue;
+        }
+        let name = layer["name"].as_str().unwrap();
+        // The class token's pick at the end is not a slice of a transposed tensor.
+        if name == "/Gather/step0" {
+            continue;
+        }
+        let folded = layer["predictor"].as_str().unwrap().starts_with("fused:");
+        assert_eq!(folded, !has_nodes(name), "{name}: {}\n{trace}", layer["predictor"]);
+        checked += 1;
+    }
+    assert_eq!(checked, 1 + 2 * (6 + 3), "the patches' transpose, and per block 6 transposes and 3 slices");
 }
 
 /// tests/data/torch/make_tiny_torchvision.py: torchvision's `ConvNeXt` in two small stages, as PyTorch exports

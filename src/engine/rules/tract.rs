@@ -6,7 +6,7 @@
 use super::{fuses_into_kernel, scaled_product, single_readers, EngineRules, Fusion};
 use crate::engine::packing::{conv_lowering, tract_plan_bytes, ConvLowering};
 use crate::estimate::memory::BYTES_PER_ELEMENT;
-use crate::layer::{Activation, LayerConfig, LayerCost, Op};
+use crate::layer::{Activation, ElementwiseFn, LayerConfig, LayerCost, Op};
 use crate::network::{Analysis, Network, Source};
 
 /// tract's rules.
@@ -207,13 +207,39 @@ impl EngineRules for Tract {
             }
             match &layer.op {
                 Op::Transpose { .. } => {
-                    let Some(r) = only_reader[i] else { continue };
-                    let owner = match &net.layers[r].op {
-                        Op::MatMul { .. } => Some(r),
-                        Op::Reshape { .. } => only_reader[r].filter(|&m| matches!(net.layers[m].op, Op::MatMul { .. })),
-                        _ => None,
+                    // Through reshapes, other transposes and scalar scales (tract moves the axes past them),
+                    // each read by the next alone, to the product that packs the operand.
+                    let mut r = only_reader[i];
+                    while let Some(k) = r {
+                        match &net.layers[k].op {
+                            Op::Reshape { .. } | Op::Transpose { .. } => r = only_reader[k],
+                            Op::Elementwise { function: ElementwiseFn::Mul | ElementwiseFn::Div, constant_shape }
+                                if constant_shape.iter().product::<usize>() == 1 =>
+                            {
+                                r = only_reader[k]
+                            }
+                            _ => break,
+                        }
+                    }
+                    folded[i] =
+                        r.filter(|&m| matches!(net.layers[m].op, Op::MatMul { .. })).map(|o| (o, Fusion::Operand));
+                }
+                // A slice of a transposed tensor (the parts of a packed query/key/value projection): tract slices
+                // before it moves the axes, so the transpose's node does the slice's work.
+                Op::ChannelSlice { .. } => {
+                    let mut j = match analysis.sources[i].as_slice() {
+                        [Source::Layer(j)] => *j,
+                        _ => continue,
                     };
-                    folded[i] = owner.map(|o| (o, Fusion::Operand));
+                    while matches!(net.layers[j].op, Op::Reshape { .. }) {
+                        match analysis.sources[j].as_slice() {
+                            [Source::Layer(p)] => j = *p,
+                            _ => break,
+                        }
+                    }
+                    if matches!(net.layers[j].op, Op::Transpose { .. }) && folded[j].is_none() {
+                        folded[i] = Some((j, Fusion::Epilogue));
+                    }
                 }
                 _ => {}
             }
