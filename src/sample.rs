@@ -77,6 +77,9 @@ pub struct AugmentBudget {
     /// Encoder blocks of random sequence length, heads and head size whose layers join the sample (only when
     /// the zoo has transformers).
     pub transformer: usize,
+    /// Found spatial convolutions split into many groups of a common width (10-64 groups of 8-64 channels, as
+    /// many filters as channels), on the found input's image.
+    pub many_groups: usize,
 }
 
 impl Default for AugmentBudget {
@@ -94,6 +97,7 @@ impl Default for AugmentBudget {
             heavy: 60,
             resolution: 240,
             transformer: 60,
+            many_groups: 120,
         }
     }
 }
@@ -637,6 +641,34 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
             }
         }
     }
+
+    // Many groups of a common width, after everything else so every earlier config stays: the zoo's grouped
+    // convolutions are ResNeXt's 32 narrow groups and the variants above mostly 2-8 groups, while RegNet-style
+    // networks split a 3x3 convolution into 10-64 groups of 8-64 channels, as many filters as channels (one
+    // tract predicted RegNetX-400MF's 25 groups of 16 at half their time). Each on a found spatial convolution's
+    // image (at most 56 pixels high: such networks split deep layers), stride 1 or 2 as found.
+    let spatial: Vec<(crate::layer::Conv2d, [usize; 3])> = convs
+        .iter()
+        .filter(|(c, _)| c.kernel[0] > 1 && c.dilation == [1, 1])
+        .filter_map(|(c, inputs)| Some((c.clone(), <[usize; 3]>::try_from(inputs.first()?.as_slice()).ok()?)))
+        .filter(|(_, [_, h, _])| *h <= 56)
+        .collect();
+    let mut added = 0;
+    for _ in 0..4 * budget.many_groups {
+        if added == budget.many_groups || spatial.is_empty() {
+            break;
+        }
+        let (c, [_, h, w]) = &spatial[rng.random_range(0..spatial.len())];
+        let groups = log_uniform(rng, (10.0, 64.0)).round() as usize;
+        let width = [8, 16, 24, 32, 48, 64][rng.random_range(0..6)];
+        let mut grouped = c.clone();
+        grouped.groups = groups;
+        grouped.filters = groups * width;
+        let config = LayerConfig::new(Op::Conv2d(grouped), vec![vec![groups * width, *h, *w]], 1);
+        if config.cost().is_ok() {
+            added += pool.augmented(config, "many_groups") as usize;
+        }
+    }
 }
 
 /// `config`, a convolution or depthwise convolution with a spatial window, padded `(window - 1) / 2` on every
@@ -791,6 +823,7 @@ mod tests {
             first_layer: 0,
             heavy: 0,
             resolution: 0,
+            many_groups: 0,
             ..AugmentBudget::default()
         };
         let (without, _) = sample(&nets, &SampleOptions { budget, ..opts.clone() }).unwrap();
@@ -803,6 +836,7 @@ mod tests {
                 "augment:first_layer",
                 "augment:heavy",
                 "augment:resolution",
+                "augment:many_groups",
             ]
             .contains(&c.source.as_str())
         };
@@ -817,7 +851,7 @@ mod tests {
             assert_eq!(c.config.input_shapes[0][0] % 8, 0);
         }
         // Each later kind is drawn after the earlier ones: dropping it (and the kinds after it) leaves the rest.
-        let later_kinds = ["channels", "wide", "grouped_channels", "first_layer", "heavy", "resolution"];
+        let later_kinds = ["channels", "wide", "grouped_channels", "first_layer", "heavy", "resolution", "many_groups"];
         for (k, kind) in later_kinds.iter().enumerate() {
             let mut budget = AugmentBudget::default();
             for dropped in &later_kinds[k..] {
@@ -827,7 +861,8 @@ mod tests {
                     "grouped_channels" => budget.grouped_channels = 0,
                     "first_layer" => budget.first_layer = 0,
                     "heavy" => budget.heavy = 0,
-                    _ => budget.resolution = 0,
+                    "resolution" => budget.resolution = 0,
+                    _ => budget.many_groups = 0,
                 }
             }
             let (without, _) = sample(&nets, &SampleOptions { budget, ..opts.clone() }).unwrap();
@@ -855,6 +890,16 @@ mod tests {
             assert!([2, 3, 4, 8].contains(&op.groups), "{c:?}");
             assert!(channels % op.groups == 0 && op.filters % op.groups == 0, "{c:?}");
             assert!(c.config.cost().is_ok());
+        }
+        // Many groups: 10-64 groups of 8-64 channels, as many filters as channels, on at most 56 pixels.
+        let many: Vec<&SampledConfig> = a.configs.iter().filter(|c| c.source == "augment:many_groups").collect();
+        assert!(!many.is_empty());
+        for c in &many {
+            let Op::Conv2d(op) = &c.config.op else { panic!("{c:?}") };
+            let input = &c.config.input_shapes[0];
+            assert!((10..=64).contains(&op.groups) && op.filters == input[0], "{c:?}");
+            assert!([8, 16, 24, 32, 48, 64].contains(&(input[0] / op.groups)) && input[0] % op.groups == 0, "{c:?}");
+            assert!(op.kernel[0] > 1 && input[1] <= 56 && c.config.cost().is_ok(), "{c:?}");
         }
         // First-layer variants: a spatial convolution on a 1- or 3-channel square image of 16-96 pixels.
         let first: Vec<&SampledConfig> = a.configs.iter().filter(|c| c.source == "augment:first_layer").collect();
