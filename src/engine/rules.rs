@@ -386,13 +386,18 @@ pub fn fuses_into_kernel(a: Activation) -> bool {
 /// The product of two tensors that layer `i` multiplies or divides by a scalar, when `i` is its only reader
 /// (attention's scale of the scores, which tract and ONNX Runtime both apply in the product).
 pub fn scaled_product(net: &Network, analysis: &Analysis, only_reader: &[Option<usize>], i: usize) -> Option<usize> {
-    let Op::Elementwise { function: ElementwiseFn::Mul | ElementwiseFn::Div, constant_shape } = &net.layers[i].op
-    else {
+    if !is_scalar_scale(&net.layers[i].op) {
         return None;
-    };
+    }
     let [Source::Layer(j)] = analysis.sources[i].as_slice() else { return None };
     let product = matches!(net.layers[*j].op, Op::MatMul { units: None, .. });
-    (constant_shape.iter().product::<usize>() == 1 && product && only_reader[*j] == Some(i)).then_some(*j)
+    (product && only_reader[*j] == Some(i)).then_some(*j)
+}
+
+/// A multiply or divide by one constant value (an attention scale).
+pub fn is_scalar_scale(op: &Op) -> bool {
+    matches!(op, Op::Elementwise { function: ElementwiseFn::Mul | ElementwiseFn::Div, constant_shape }
+        if constant_shape.iter().product::<usize>() == 1)
 }
 
 /// The one layer reading each layer's output, `None` for a layer read by none or by several.

@@ -346,6 +346,16 @@ impl<'a> Importer<'a> {
         (self.graph.node[n].op_type == op && self.consumers(tensor) == readers).then_some(n)
     }
 
+    /// A binary node's operands as (the tensor, the constant), when exactly one of the two is constant.
+    fn tensor_and_constant<'n>(&self, node: &'n NodeProto) -> Option<(&'n String, &'n String)> {
+        let [a, b] = node.input.as_slice() else { return None };
+        match (self.value(a).is_some(), self.value(b).is_some()) {
+            (false, true) => Some((a, b)),
+            (true, false) => Some((b, a)),
+            _ => None,
+        }
+    }
+
     /// The axes a reduction node reduces: its `axes` attribute or, since opset 18, its second input (constant);
     /// empty when it names none.
     fn reduction_axes(&self, node: &NodeProto) -> std::result::Result<Vec<i64>, String> {
@@ -696,21 +706,14 @@ impl<'a> Importer<'a> {
         if node.op_type != "Add" {
             return None;
         }
-        let constant_of = |n: &NodeProto| -> Option<(String, Vec<usize>)> {
-            let [a, b] = n.input.as_slice() else { return None };
-            match (self.value(a), self.value(b)) {
-                (None, Some(c)) => Some((a.clone(), c.shape().to_vec())),
-                (Some(c), None) => Some((b.clone(), c.shape().to_vec())),
-                _ => None,
-            }
-        };
-        let (m, shift_shape) = constant_of(node)?;
-        let mul = self.produced_by(&m, "Mul", 1)?;
-        let (x, scale_shape) = constant_of(&self.graph.node[mul])?;
-        let shape = self.shape(&x)?;
+        let (m, shift) = self.tensor_and_constant(node)?;
+        let mul = self.produced_by(m, "Mul", 1)?;
+        let (x, scale) = self.tensor_and_constant(&self.graph.node[mul])?;
+        let shape = self.shape(x)?;
         let [_, channels, _, _] = shape.as_slice() else { return None };
-        let per_channel = |s: &[usize]| matches!(s, [c, 1, 1] | [1, c, 1, 1] if c == channels);
-        (per_channel(&shift_shape) && per_channel(&scale_shape)).then(|| (x, vec![mul]))
+        let per_channel =
+            |c: &str| self.value(c).is_some_and(|v| matches!(v.shape(), [c, 1, 1] | [1, c, 1, 1] if c == channels));
+        (per_channel(shift) && per_channel(scale)).then(|| (x.clone(), vec![mul]))
     }
 
     /// Layer normalisation as exporters write it before opset 17: `Add(Mul(Div(Sub(x, ReduceMean(x)),
@@ -719,26 +722,17 @@ impl<'a> Importer<'a> {
     /// tensor `x`, the layer, and the inner nodes to absorb.
     fn layer_norm_ending_at(&self, last: usize) -> Option<(String, Op, Vec<usize>)> {
         let from = |t: &str, op: &str, readers: usize| self.produced_by(t, op, readers);
-        // The operand of a binary node that is not constant, when the other one is.
-        let dynamic_of = |node: &NodeProto| -> Option<String> {
-            let [a, b] = node.input.as_slice() else { return None };
-            match (self.value(a).is_some(), self.value(b).is_some()) {
-                (false, true) => Some(a.clone()),
-                (true, false) => Some(b.clone()),
-                _ => None,
-            }
-        };
         let (mut n, mut parts) = (last, Vec::new());
         // The bias's Add, then the scale's Mul, each optional.
         for op in ["Add", "Mul"] {
             let node = &self.graph.node[n];
             if node.op_type == op {
-                let t = dynamic_of(node)?;
+                let (t, _) = self.tensor_and_constant(node)?;
                 if n != last {
                     parts.push(n);
                 }
                 n = *self.producer.get(t.as_str())?;
-                if self.consumers(&t) != 1 {
+                if self.consumers(t) != 1 {
                     return None;
                 }
             }
@@ -755,10 +749,9 @@ impl<'a> Importer<'a> {
         let sqrt = from(root, "Sqrt", 1)?;
         let add_eps = from(self.graph.node[sqrt].input.first()?, "Add", 1)?;
         let add_node = &self.graph.node[add_eps];
-        let variance = dynamic_of(add_node)?;
-        let eps_tensor = add_node.input.iter().find(|i| **i != variance)?;
+        let (variance, eps_tensor) = self.tensor_and_constant(add_node)?;
         let epsilon = scalar_f32(&*self.value(eps_tensor)?).ok()?;
-        let var_mean = from(&variance, "ReduceMean", 1)?;
+        let var_mean = from(variance, "ReduceMean", 1)?;
         let pow = from(self.graph.node[var_mean].input.first()?, "Pow", 1)?;
         let pow_node = &self.graph.node[pow];
         let two = scalar_f32(&*self.value(pow_node.input.get(1)?)?).ok()?;
@@ -812,10 +805,8 @@ impl<'a> Importer<'a> {
             let Some(mul_x) = from(&scaled, "Mul", 1) else { continue };
             let Some(add_beta) = from(&shifted, "Add", 1) else { continue };
             // beta + (-m) · s
-            let Some((p, beta)) = orders(add_beta)?.into_iter().find(|(_, b)| self.value(b).is_some()) else {
-                continue;
-            };
-            let Some(mul_m) = from(&p, "Mul", 1) else { continue };
+            let Some((p, _beta)) = self.tensor_and_constant(node(add_beta)) else { continue };
+            let Some(mul_m) = from(p, "Mul", 1) else { continue };
             for (x, s_tensor) in orders(mul_x)? {
                 let Some((neg_m, s_other)) = orders(mul_m)?.into_iter().find(|(n, _)| from(n, "Neg", 1).is_some())
                 else {
@@ -832,13 +823,13 @@ impl<'a> Importer<'a> {
                 }
                 // s = rstd · gamma, read by both products
                 let s = from(&s_tensor, "Mul", 2)?;
-                let (rstd, _gamma) = orders(s)?.into_iter().find(|(_, g)| self.value(g).is_some())?;
-                let reciprocal = from(&rstd, "Reciprocal", 1)?;
+                let (rstd, _gamma) = self.tensor_and_constant(node(s))?;
+                let reciprocal = from(rstd, "Reciprocal", 1)?;
                 let sqrt = from(node(reciprocal).input.first()?, "Sqrt", 1)?;
                 let add_eps = from(node(sqrt).input.first()?, "Add", 1)?;
-                let (v, eps) = orders(add_eps)?.into_iter().find(|(_, e)| self.value(e).is_some())?;
-                let epsilon = scalar_f32(&*self.value(&eps)?).ok()?;
-                let variance = from(&v, "GlobalAveragePool", 1)?;
+                let (v, eps) = self.tensor_and_constant(node(add_eps))?;
+                let epsilon = scalar_f32(&*self.value(eps)?).ok()?;
+                let variance = from(v, "GlobalAveragePool", 1)?;
                 let square = from(node(variance).input.first()?, "Mul", 1)?;
                 let [d1, d2] = node(square).input.as_slice() else { return None };
                 if d1 != d2 {
@@ -852,7 +843,6 @@ impl<'a> Importer<'a> {
                 if rank < 3 {
                     return None;
                 }
-                let _ = beta;
                 let parts =
                     vec![mul_x, add_beta, mul_m, neg, mean, s, reciprocal, sqrt, add_eps, variance, square, sub];
                 let epsilon = shortest_decimal(epsilon);

@@ -3,10 +3,10 @@
 //! A rule here is decided on the graph, not on the instruction set: the same rewrite happens on every machine
 //! tract runs on, so a device's models trained with tract take these rules wherever the estimate runs.
 
-use super::{fuses_into_kernel, scaled_product, single_readers, EngineRules, Fusion};
+use super::{fuses_into_kernel, is_scalar_scale, scaled_product, single_readers, EngineRules, Fusion};
 use crate::engine::packing::{conv_lowering, tract_plan_bytes, ConvLowering};
 use crate::estimate::memory::BYTES_PER_ELEMENT;
-use crate::layer::{Activation, ElementwiseFn, LayerConfig, LayerCost, Op};
+use crate::layer::{Activation, LayerConfig, LayerCost, Op};
 use crate::network::{Analysis, Network, Source};
 
 /// tract's rules.
@@ -184,10 +184,10 @@ impl EngineRules for Tract {
 
     /// What tract does to a transformer's attention (traced on its plans of ViT and BERT blocks): a multiply or
     /// divide by a scalar right after a product of two tensors that only it reads (BERT's scale of the scores)
-    /// becomes the product's epilogue (the scale's node is the `OptMatMul`, the product's own only packs), and a
-    /// transpose whose only reader is a product, directly or through a reshape that only it reads (the heads
-    /// brought to the front, and back before the output projection), has no node at all: the product packs its
-    /// operand from the strided tensor.
+    /// becomes the product's epilogue (the scale's node is the `OptMatMul`, the product's own only packs); a
+    /// transpose whose data reaches a product through layers each read by the next alone (reshapes, other
+    /// transposes, scalar scales) or directly has no node at all: the product packs its operand from the strided
+    /// tensor; and a slice of a transposed tensor (through reshapes) is done by the transpose's node.
     fn folded_into_products(
         &self,
         net: &Network,
@@ -213,11 +213,7 @@ impl EngineRules for Tract {
                     while let Some(k) = r {
                         match &net.layers[k].op {
                             Op::Reshape { .. } | Op::Transpose { .. } => r = only_reader[k],
-                            Op::Elementwise { function: ElementwiseFn::Mul | ElementwiseFn::Div, constant_shape }
-                                if constant_shape.iter().product::<usize>() == 1 =>
-                            {
-                                r = only_reader[k]
-                            }
+                            op if is_scalar_scale(op) => r = only_reader[k],
                             _ => break,
                         }
                     }
