@@ -496,6 +496,7 @@ fn a_calibration_fitted_for_these_models_is_applied_and_a_stale_one_is_not() {
         matmul_layers: vec![],
         layout_layers: vec![],
         weight_mib: 100.0,
+        touched_mib: 150.0,
     };
     let hash = models_fingerprint(ModelStore::open(&models, "dev").unwrap().manifest());
     let points =

@@ -12,7 +12,7 @@ use common::perfmodel;
 
 /// Published total parameters, typed in here independently of the constants beside the builders
 /// (Keras Applications docs unless noted).
-const PUBLISHED: [(&str, u64); 45] = [
+const PUBLISHED: [(&str, u64); 50] = [
     ("vgg16", 138_357_544),
     ("vgg19", 143_667_240),
     ("resnet50", 25_636_712),
@@ -72,6 +72,13 @@ const PUBLISHED: [(&str, u64); 45] = [
     ("vit_b32_encoder", 85_056_000),
     ("bert_medium_encoder_s128", 25_219_072),
     ("ciresan_mlp", 11_972_510),
+    // Ciresan et al. 2010's smaller MLPs (layer lists by hand), and Keras Applications' MobileNetV2 of width 0.5
+    // and 0.75 ("Total params" of `MobileNetV2(alpha=...)` with its top; the input size changes no parameter).
+    ("ciresan_mlp_3", 3_184_010),
+    ("ciresan_mlp_4", 6_578_010),
+    ("mobilenetv2_050_160", 1_987_224),
+    ("mobilenetv2_050_224", 1_987_224),
+    ("mobilenetv2_075_192", 2_663_064),
 ];
 
 fn ok(out: &std::process::Output) -> String {

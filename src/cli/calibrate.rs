@@ -2,7 +2,7 @@
 //! architectures (see `perfmodel::estimate::calibration` for why and what is fitted).
 
 use perfmodel::estimate::calibration::{calibrate, refit, zoo_networks, CalibrateOptions};
-use perfmodel::estimate::calibration::{Calibration, DenseLayerPoint, LayoutPoint, ResidualAddPoint};
+use perfmodel::estimate::calibration::{Calibration, DenseLayerPoint, LayoutPoint, NetworkSize, ResidualAddPoint};
 use perfmodel::estimate::DEFAULT_DEVICE;
 use perfmodel::Dirs;
 use std::path::{Path, PathBuf};
@@ -118,16 +118,16 @@ fn print_table(c: &Calibration, path: &Path) {
         median(raw.iter().map(|e| e.1).collect()),
         median(calibrated.iter().map(|e| e.1).collect())
     );
-    let dense: Vec<(&DenseLayerPoint, f64)> =
-        c.networks.iter().flat_map(|n| n.dense_layers.iter().map(|d| (d, n.weight_mib))).collect();
+    let dense: Vec<(&DenseLayerPoint, NetworkSize)> =
+        c.networks.iter().flat_map(|n| n.dense_layers.iter().map(|d| (d, n.size()))).collect();
     if !c.memory_only && !dense.is_empty() {
         let error = |d: &DenseLayerPoint, extra: f64| pct(d.predicted_ms + extra, d.measured_ms).abs();
-        let term = |d: &DenseLayerPoint, network_mib: f64| k.dense_weight_ms_for_mib(d.weight_mib, network_mib);
+        let term = |d: &DenseLayerPoint, network: NetworkSize| k.dense_weight_ms_for_mib(d.weight_mib, network);
         println!(
             "dense layers: {} measured; median |error| {:.1}% raw, {:.1}% with the dense term",
             dense.len(),
             median(dense.iter().map(|&(d, _)| error(d, 0.0)).collect()),
-            median(dense.iter().map(|&(d, network_mib)| error(d, term(d, network_mib))).collect())
+            median(dense.iter().map(|&(d, network)| error(d, term(d, network))).collect())
         );
     }
     let residual: Vec<&ResidualAddPoint> = c.networks.iter().flat_map(|n| &n.residual_adds).collect();

@@ -372,7 +372,7 @@ pub(super) fn latency(
     correction: Option<Correction>,
     layout: Option<(&dyn EngineRules, f64)>,
 ) -> Vec<Option<f64>> {
-    let network_weight_bytes: u64 = analysis.costs.iter().map(|c| c.weight_elems * BYTES_PER_ELEMENT).sum();
+    let network = crate::estimate::calibration::NetworkSize::of(&analysis.costs, plan);
     let mut own: Vec<Option<f64>> = answers.iter().map(|a| a.latency_ms).collect();
     if let Some((rules, ms_per_mib)) = layout {
         // The calibration's share of the credit (fitted on estimates with all of it).
@@ -393,7 +393,7 @@ pub(super) fn latency(
                 _ => t,
             };
             let weight_bytes = analysis.costs[i].weight_elems * BYTES_PER_ELEMENT;
-            Some(c.layer_latency_ms(net.layers[i].op.layer_type(), weight_bytes, network_weight_bytes, t))
+            Some(c.layer_latency_ms(net.layers[i].op.layer_type(), weight_bytes, network, t))
         })
         .collect()
 }

@@ -4,7 +4,9 @@
 //! too large for the core's cache (L2) pays that cost in a network whose weights still fit the shared cache
 //! ([`crate::estimate::calibration`]). The training architectures have only one such layer in a small network
 //! (tabular_mlp's 4-MiB layer): the classifier heads of the ImageNet CNNs all sit in networks of 13 MiB and
-//! more. These networks fill that gap with 2.4-19 MiB layers in 2.6-46 MiB networks.
+//! more. These networks fill that gap with 2.4-19 MiB layers in 2.6-46 MiB networks, and with MobileNetV2 heads in
+//! networks of 8-10 MiB of weights that write 7-17 MiB of activations: the gate compares either size
+//! ([`crate::estimate::calibration::SizeBasis`]).
 //!
 //! They are kept out of the sampled configs (`zoo/calibration/` is never read by `zoo sample`), so adding them
 //! changes no model; like the training architectures, they are never used by `validate`'s holdout.
@@ -99,11 +101,49 @@ pub const CIRESAN_MLP_PARAMS: u64 = 1_962_500 + 5_002_000 + 3_001_500 + 1_501_00
 
 /// The deepest of Ciresan et al. 2010's "deep, big, simple" MNIST MLPs: 2500-2000-1500-1000-500 tanh units.
 pub fn ciresan_mlp() -> Network {
-    let tanh = Activation::Tanh;
-    let mut b = Builder::new("ciresan_mlp", vec![784]);
-    for (i, units) in [2500, 2000, 1500, 1000, 500].into_iter().enumerate() {
-        b.dense(format!("dense_{i}"), units, tanh);
+    ciresan("ciresan_mlp", &[2500, 2000, 1500, 1000, 500])
+}
+
+/// Parameters of [`ciresan_mlp_3`]: 784*1500+1500 + 1500*1000+1000 + 1000*500+500 + 500*10+10.
+pub const CIRESAN_MLP_3_PARAMS: u64 = 1_177_500 + 1_501_000 + 500_500 + 5_010;
+
+/// Ciresan et al. 2010's 1500-1000-500 MLP.
+pub fn ciresan_mlp_3() -> Network {
+    ciresan("ciresan_mlp_3", &[1500, 1000, 500])
+}
+
+/// Parameters of [`ciresan_mlp_4`]: 784*2000+2000 + 2000*1500+1500 + 1500*1000+1000 + 1000*500+500 + 500*10+10.
+pub const CIRESAN_MLP_4_PARAMS: u64 = 1_570_000 + 3_001_500 + 1_501_000 + 500_500 + 5_010;
+
+/// Ciresan et al. 2010's 2000-1500-1000-500 MLP.
+pub fn ciresan_mlp_4() -> Network {
+    ciresan("ciresan_mlp_4", &[2000, 1500, 1000, 500])
+}
+
+fn ciresan(name: &str, hidden: &[usize]) -> Network {
+    let mut b = Builder::new(name, vec![784]);
+    for (i, &units) in hidden.iter().enumerate() {
+        b.dense(format!("dense_{i}"), units, Activation::Tanh);
     }
     b.dense("output", 10, Activation::Softmax);
     b.finish()
+}
+
+/// Keras Applications' MobileNetV2 of width 0.5 ("Total params: 1,987,224"), on 160x160 images.
+pub const MOBILENETV2_050_PARAMS: u64 = 1_987_224;
+
+pub fn mobilenetv2_050_160() -> Network {
+    super::mobilenet::mobilenet_v2_with("mobilenetv2_050_160", 0.5, 160)
+}
+
+/// The same on 224x224 images.
+pub fn mobilenetv2_050_224() -> Network {
+    super::mobilenet::mobilenet_v2_with("mobilenetv2_050_224", 0.5, 224)
+}
+
+/// Keras Applications' MobileNetV2 of width 0.75 ("Total params: 2,663,064"), on 192x192 images.
+pub const MOBILENETV2_075_PARAMS: u64 = 2_663_064;
+
+pub fn mobilenetv2_075_192() -> Network {
+    super::mobilenet::mobilenet_v2_with("mobilenetv2_075_192", 0.75, 192)
 }

@@ -56,8 +56,14 @@ pub fn mobilenet() -> Network {
 }
 
 pub fn mobilenet_v2() -> Network {
-    let mut b = Builder::new("mobilenetv2", vec![3, 224, 224]);
-    b.conv("Conv1", conv(32, 3).stride(2).same().no_bias());
+    mobilenet_v2_with("mobilenetv2", 1.0, 224)
+}
+
+/// Keras' MobileNetV2 of width multiplier `alpha` on `rows`x`rows` images (the parameters depend on `alpha`
+/// only; the last convolution keeps 1280 filters up to an `alpha` of 1).
+pub fn mobilenet_v2_with(name: &str, alpha: f64, rows: usize) -> Network {
+    let mut b = Builder::new(name, vec![3, rows, rows]);
+    b.conv("Conv1", conv(make_divisible(32.0 * alpha, 8), 3).stride(2).same().no_bias());
     b.bn("bn_Conv1");
     b.act("Conv1_relu", Activation::Relu6);
     // (filters, stride, expansion) for block ids 0..=16.
@@ -99,14 +105,15 @@ pub fn mobilenet_v2() -> Network {
         b.depthwise(format!("{prefix}depthwise"), depthwise(3).stride(stride).padding(padding).no_bias());
         b.bn(format!("{prefix}depthwise_BN"));
         b.act(format!("{prefix}depthwise_relu"), Activation::Relu6);
-        let pointwise = make_divisible(filters as f64, 8);
+        let pointwise = make_divisible(filters as f64 * alpha, 8);
         b.conv(format!("{prefix}project"), conv(pointwise, 1).same().no_bias());
         let x = b.bn(format!("{prefix}project_BN"));
         if in_channels == pointwise && stride == 1 {
             b.add(format!("{prefix}add"), &[input, x]);
         }
     }
-    b.conv("Conv_1", conv(1280, 1).no_bias());
+    let last = if alpha > 1.0 { make_divisible(1280.0 * alpha, 8) } else { 1280 };
+    b.conv("Conv_1", conv(last, 1).no_bias());
     b.bn("Conv_1_bn");
     b.act("out_relu", Activation::Relu6);
     b.global_avg_pool("global_average_pooling2d");

@@ -91,6 +91,11 @@ pub fn calibration() -> Vec<ZooEntry> {
         entry("mlp_800", calibration_nets::mlp_800, calibration_nets::MLP_800_PARAMS),
         entry("mlp_1200", calibration_nets::mlp_1200, calibration_nets::MLP_1200_PARAMS),
         entry("ciresan_mlp", calibration_nets::ciresan_mlp, calibration_nets::CIRESAN_MLP_PARAMS),
+        entry("ciresan_mlp_3", calibration_nets::ciresan_mlp_3, calibration_nets::CIRESAN_MLP_3_PARAMS),
+        entry("ciresan_mlp_4", calibration_nets::ciresan_mlp_4, calibration_nets::CIRESAN_MLP_4_PARAMS),
+        entry("mobilenetv2_050_160", calibration_nets::mobilenetv2_050_160, calibration_nets::MOBILENETV2_050_PARAMS),
+        entry("mobilenetv2_050_224", calibration_nets::mobilenetv2_050_224, calibration_nets::MOBILENETV2_050_PARAMS),
+        entry("mobilenetv2_075_192", calibration_nets::mobilenetv2_075_192, calibration_nets::MOBILENETV2_075_PARAMS),
     ]
 }
 

@@ -12,7 +12,8 @@
 //!
 //! - dense layers: `+ dense_weight_ms_per_mib · (W − dense_weight_floor_mib)` for f32 weights of `W` MiB up to
 //!   `dense_weight_limit_mib` (never negative); a layer larger than the core's cache (`dense_cache_mib`) only in
-//!   networks with more than `dense_network_min_mib` MiB of f32 weights.
+//!   networks larger than `dense_network_min_mib` MiB, counted as f32 weights or as weights and the outputs of
+//!   the layers that run (`dense_network_basis`, [`fit_dense_gate`]).
 //!   Looped alone, a dense layer finds its weights in cache on every run after the first; in a network the other
 //!   layers have evicted them, and a dense layer at a small batch does little but stream its weights. Measured
 //!   over the zoo on one device (`local`): the 4-8 MiB classifier heads of the ImageNet CNNs took 1.7-2.4x
@@ -193,6 +194,65 @@ pub struct CalibrationPoint {
     pub layout_layers: Vec<LayoutPoint>,
     /// The network's f32 weights and biases, MiB.
     pub weight_mib: f64,
+    /// The network's f32 weights and the outputs of the layers that run, MiB ([`NetworkSize`]; 0 in
+    /// calibrations that predate it).
+    #[serde(default)]
+    pub touched_mib: f64,
+}
+
+impl CalibrationPoint {
+    /// The network's sizes, as the dense term's gate reads them.
+    pub fn size(&self) -> NetworkSize {
+        NetworkSize { weight_mib: self.weight_mib, touched_mib: self.touched_mib }
+    }
+}
+
+/// How large a network is, for the dense term's cache gate: what one inference brings through the caches
+/// between two runs of one of its layers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NetworkSize {
+    /// Its f32 weights and biases, MiB.
+    pub weight_mib: f64,
+    /// Its weights and the output tensor of every layer that runs, MiB: all one inference reads as constants
+    /// and writes (a layer the engine runs inside another, or a view, writes nothing of its own).
+    pub touched_mib: f64,
+}
+
+impl NetworkSize {
+    /// The sizes of a network with these layer costs, run as `plan` says.
+    pub fn of(costs: &[crate::layer::LayerCost], plan: &crate::engine::rules::Plan) -> NetworkSize {
+        let weights: u64 = costs.iter().map(|c| c.weight_elems).sum();
+        let outputs: u64 = costs.iter().enumerate().filter(|(i, _)| plan.runs(*i)).map(|(_, c)| c.output_elems).sum();
+        let mib = |elems: u64| (elems * crate::estimate::memory::BYTES_PER_ELEMENT) as f64 / MIB;
+        NetworkSize { weight_mib: mib(weights), touched_mib: mib(weights + outputs) }
+    }
+
+    fn on(&self, basis: SizeBasis) -> f64 {
+        match basis {
+            SizeBasis::Weights => self.weight_mib,
+            SizeBasis::Touched => self.touched_mib,
+        }
+    }
+}
+
+/// Which size of a network the dense term's gate compares with `dense_network_min_mib`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SizeBasis {
+    /// Its weights (the only basis before the touched size was recorded).
+    #[default]
+    Weights,
+    /// Its weights and its layers' outputs: a CNN's activations evict a dense head's weights as its weights do.
+    Touched,
+}
+
+impl SizeBasis {
+    fn describe(self) -> &'static str {
+        match self {
+            SizeBasis::Weights => "of weights",
+            SizeBasis::Touched => "of weights and layer outputs",
+        }
+    }
 }
 
 /// The fitted numbers, as applied and reported with an estimate.
@@ -214,6 +274,9 @@ pub struct Correction {
     /// A dense layer with more f32 weights than `dense_cache_mib` gets the term only in a network with more
     /// than this many MiB of f32 weights (0: in every network).
     pub dense_network_min_mib: f64,
+    /// What of a network `dense_network_min_mib` measures.
+    #[serde(default)]
+    pub dense_network_basis: SizeBasis,
     /// The core's own cache (L2) of the machine the calibration ran on, MiB: dense weights up to it stay there
     /// when looped alone.
     pub dense_cache_mib: f64,
@@ -245,6 +308,7 @@ impl Correction {
         dense_weight_floor_mib: 0.0,
         dense_weight_limit_mib: 0.0,
         dense_network_min_mib: 0.0,
+        dense_network_basis: SizeBasis::Weights,
         dense_cache_mib: 0.0,
         residual_add_ms_per_mib: 0.0,
         matmul_extra_fraction: 0.0,
@@ -256,14 +320,14 @@ impl Correction {
         self.residual_add_ms_per_mib * add_output_bytes as f64 / MIB
     }
 
-    /// The dense-weights term of a layer with `weight_bytes` of f32 weights in a network with
-    /// `network_weight_bytes` (0 for other types, above the limit, and for a layer larger than the core's cache
-    /// in a network whose weights stay in the shared cache).
-    pub fn dense_weight_ms(&self, layer_type: LayerType, weight_bytes: u64, network_weight_bytes: u64) -> f64 {
+    /// The dense-weights term of a layer with `weight_bytes` of f32 weights in a network of `network` size
+    /// (0 for other types, above the limit, and for a layer larger than the core's cache in a network that
+    /// leaves it in the shared cache).
+    pub fn dense_weight_ms(&self, layer_type: LayerType, weight_bytes: u64, network: NetworkSize) -> f64 {
         if layer_type != LayerType::Dense {
             return 0.0;
         }
-        self.dense_weight_ms_for_mib(weight_bytes as f64 / MIB, network_weight_bytes as f64 / MIB)
+        self.dense_weight_ms_for_mib(weight_bytes as f64 / MIB, network)
     }
 
     /// The matmul term of a layer predicted at `predicted_ms` with `weight_bytes` of weights: a product with a
@@ -276,10 +340,10 @@ impl Correction {
         }
     }
 
-    /// The dense-weights term of a dense layer with `weight_mib` MiB of f32 weights in a network with
-    /// `network_weight_mib` MiB.
-    pub fn dense_weight_ms_for_mib(&self, weight_mib: f64, network_weight_mib: f64) -> f64 {
-        if self.dense_gated(weight_mib, network_weight_mib) {
+    /// The dense-weights term of a dense layer with `weight_mib` MiB of f32 weights in a network of `network`
+    /// size.
+    pub fn dense_weight_ms_for_mib(&self, weight_mib: f64, network: NetworkSize) -> f64 {
+        if self.dense_gated(weight_mib, network) {
             return 0.0;
         }
         Correction::dense_term(
@@ -294,17 +358,19 @@ impl Correction {
     pub fn dense_gate_clause(&self) -> String {
         if self.dense_network_min_mib > 0.0 {
             format!(
-                " (above the core's {:.1} MiB of cache only in networks above {:.1} MiB)",
-                self.dense_cache_mib, self.dense_network_min_mib
+                " (above the core's {:.1} MiB of cache only in networks above {:.1} MiB {})",
+                self.dense_cache_mib,
+                self.dense_network_min_mib,
+                self.dense_network_basis.describe()
             )
         } else {
             String::new()
         }
     }
 
-    /// Whether a dense layer of `weight_mib` keeps its cache regime in a network of `network_weight_mib`.
-    fn dense_gated(&self, weight_mib: f64, network_weight_mib: f64) -> bool {
-        weight_mib > self.dense_cache_mib && network_weight_mib <= self.dense_network_min_mib
+    /// Whether a dense layer of `weight_mib` keeps its cache regime in a network of `network` size.
+    fn dense_gated(&self, weight_mib: f64, network: NetworkSize) -> bool {
+        weight_mib > self.dense_cache_mib && network.on(self.dense_network_basis) <= self.dense_network_min_mib
     }
 
     fn dense_term(ms_per_mib: f64, floor_mib: f64, limit_mib: f64, weight_mib: f64) -> f64 {
@@ -316,23 +382,23 @@ impl Correction {
     }
 
     /// A calibrated layer latency (never negative), for a layer of `layer_type` with `weight_bytes` of f32
-    /// weights in a network with `network_weight_bytes`.
+    /// weights in a network of `network` size.
     pub fn layer_latency_ms(
         &self,
         layer_type: LayerType,
         weight_bytes: u64,
-        network_weight_bytes: u64,
+        network: NetworkSize,
         predicted_ms: f64,
     ) -> f64 {
         let in_network = predicted_ms
-            + self.dense_weight_ms(layer_type, weight_bytes, network_weight_bytes)
+            + self.dense_weight_ms(layer_type, weight_bytes, network)
             + self.matmul_extra_ms(layer_type, weight_bytes, predicted_ms);
         (self.latency_scale * in_network + self.latency_per_layer_ms).max(0.0)
     }
 
     /// A network's calibrated latency from its calibration point (what [`Self::layer_latency_ms`] sums to).
     pub fn network_latency_ms(&self, p: &CalibrationPoint) -> f64 {
-        let dense: f64 = p.dense_layers.iter().map(|d| self.dense_weight_ms_for_mib(d.weight_mib, p.weight_mib)).sum();
+        let dense: f64 = p.dense_layers.iter().map(|d| self.dense_weight_ms_for_mib(d.weight_mib, p.size())).sum();
         let residual: f64 = p.residual_adds.iter().map(|r| self.residual_add_ms_per_mib * r.add_mib).sum();
         let matmul: f64 = p.matmul_layers.iter().map(|m| self.matmul_extra_fraction * m.predicted_ms).sum();
         self.latency_scale * (p.predicted_latency_ms + dense + residual + matmul)
@@ -417,6 +483,7 @@ impl Calibration {
             if values.iter().any(|v| !v.is_finite() || *v <= 0.0)
                 || !p.predicted_peak_memory_mib.is_finite()
                 || !(p.weight_mib.is_finite() && p.weight_mib >= 0.0)
+                || !(p.touched_mib.is_finite() && p.touched_mib >= 0.0)
             {
                 return Err(Error::Invalid(format!(
                     "network '{}': calibration needs positive, finite latencies and memory, got {p:?}",
@@ -468,6 +535,7 @@ impl Calibration {
                 dense_weight_floor_mib: dense_only.dense_weight_floor_mib,
                 dense_weight_limit_mib: dense_only.dense_weight_limit_mib,
                 dense_network_min_mib: dense_only.dense_network_min_mib,
+                dense_network_basis: dense_only.dense_network_basis,
                 dense_cache_mib: dense_only.dense_cache_mib,
                 residual_add_ms_per_mib: dense_only.residual_add_ms_per_mib,
                 matmul_extra_fraction: dense_only.matmul_extra_fraction,
@@ -703,57 +771,79 @@ fn fit_residual_adds(networks: &[CalibrationPoint]) -> f64 {
 }
 
 /// The dense-weights term with the network size that layers larger than the core's cache (`cache_mib`) need
-/// for it, as a correction with nothing else. Candidate sizes: 0 (every network) and halfway (geometrically)
-/// between each two consecutive weight sizes of the networks with dense layers. For each, the term is fitted
-/// ([`fit_dense_weights`]) on the layers that get it and judged, like the term itself, by the mean absolute
-/// relative error over every dense layer (those kept from it included); the smallest size wins a tie. A size
-/// must keep at least [`MIN_DENSE_LAYERS`] layers from the term, as the term needs that many to be fitted at
-/// all: one layer is not evidence of a cache regime. Without a known cache size there is no gate.
+/// for it, as a correction with nothing else. The size is measured one of two ways ([`SizeBasis`]): the
+/// network's weights, or its weights and layer outputs (when every network with dense layers has that recorded).
+/// Candidate sizes on each: 0 (every network) and halfway (geometrically) between each two consecutive sizes of
+/// the networks with dense layers. For each, the term is fitted ([`fit_dense_weights`]) on the layers that get it
+/// and judged, like the term itself, by the mean absolute relative error over every dense layer (those kept from
+/// it included); the smallest size wins a tie, and the touched basis a tie between bases. A size must keep at
+/// least [`MIN_DENSE_LAYERS`] layers from the term, as the term needs that many to be fitted at all: one layer
+/// is not evidence of a cache regime. Without a known cache size there is no gate.
+///
+/// Why the touched size: on one machine (`zen4-ort`) every ImageNet CNN's 4-8 MiB classifier head took
+/// 3.4-5.1x its time alone, the MLPs' 1-6 MiB layers 1.1-2.6x. The zoo's CNNs with dense heads all have more
+/// weights than its MLPs, so both bases separate them alike; torchvision's MobileNetV3-small, with 10 MiB of
+/// weights, fewer than some MLPs, brings 29 MiB through the caches per inference with its activations (the
+/// MLPs at most 9), and its 2-4 MiB head took 4-5x its time alone.
 fn fit_dense_gate(networks: &[CalibrationPoint], cache_mib: Option<f64>) -> Correction {
     let with_dense: Vec<&CalibrationPoint> = networks.iter().filter(|p| !p.dense_layers.is_empty()).collect();
-    let mut sizes: Vec<f64> = with_dense.iter().map(|p| p.weight_mib).filter(|w| w.is_finite() && *w > 0.0).collect();
-    sizes.sort_by(f64::total_cmp);
-    sizes.dedup();
-    let gates: Vec<f64> = match cache_mib {
-        Some(_) => std::iter::once(0.0).chain(sizes.windows(2).map(|w| (w[0] * w[1]).sqrt())).collect(),
-        None => vec![0.0],
-    };
+    // The first basis wins a tie: what evicts a dense layer's weights is everything the network brings through.
+    let mut bases = vec![SizeBasis::Weights];
+    if with_dense.iter().all(|p| p.touched_mib > 0.0) {
+        bases.insert(0, SizeBasis::Touched);
+    }
     let mut best: Option<(f64, Correction)> = None;
-    for min in gates {
-        let gate =
-            Correction { dense_network_min_mib: min, dense_cache_mib: cache_mib.unwrap_or(0.0), ..Correction::NONE };
-        let (kept, gated): (Vec<(&DenseLayerPoint, bool)>, Vec<(&DenseLayerPoint, bool)>) = with_dense
-            .iter()
-            .flat_map(|p| {
-                p.dense_layers
-                    .iter()
-                    .filter(|d| d.is_usable())
-                    .map(|d| (d, gate.dense_gated(d.weight_mib, p.weight_mib)))
-            })
-            .partition(|(_, gated)| !gated);
-        if min > 0.0 && gated.len() < MIN_DENSE_LAYERS {
-            continue;
-        }
-        let layers: Vec<&DenseLayerPoint> = kept.iter().map(|(d, _)| *d).collect();
-        let (k, floor, limit) = fit_dense_weights(&layers);
-        let c = Correction {
-            dense_weight_ms_per_mib: k,
-            dense_weight_floor_mib: floor,
-            dense_weight_limit_mib: limit,
-            dense_network_min_mib: if k > 0.0 { min } else { 0.0 },
-            ..gate
+    for basis in bases {
+        let mut sizes: Vec<f64> =
+            with_dense.iter().map(|p| p.size().on(basis)).filter(|w| w.is_finite() && *w > 0.0).collect();
+        sizes.sort_by(f64::total_cmp);
+        sizes.dedup();
+        let gates: Vec<f64> = match cache_mib {
+            Some(_) => std::iter::once(0.0).chain(sizes.windows(2).map(|w| (w[0] * w[1]).sqrt())).collect(),
+            None => vec![0.0],
         };
-        let (mut total, mut count) = (0.0, 0usize);
-        for p in &with_dense {
-            for d in p.dense_layers.iter().filter(|d| d.is_usable()) {
-                let predicted = d.predicted_ms + c.dense_weight_ms_for_mib(d.weight_mib, p.weight_mib);
-                total += ((predicted - d.measured_ms) / d.measured_ms).abs();
-                count += 1;
+        for min in gates {
+            let gate = Correction {
+                dense_network_min_mib: min,
+                dense_network_basis: basis,
+                dense_cache_mib: cache_mib.unwrap_or(0.0),
+                ..Correction::NONE
+            };
+            let (kept, gated): (Vec<(&DenseLayerPoint, bool)>, Vec<(&DenseLayerPoint, bool)>) = with_dense
+                .iter()
+                .flat_map(|p| {
+                    p.dense_layers
+                        .iter()
+                        .filter(|d| d.is_usable())
+                        .map(|d| (d, gate.dense_gated(d.weight_mib, p.size())))
+                })
+                .partition(|(_, gated)| !gated);
+            if min > 0.0 && gated.len() < MIN_DENSE_LAYERS {
+                continue;
             }
-        }
-        let error = if count > 0 { total / count as f64 } else { 0.0 };
-        if best.as_ref().is_none_or(|(b, _)| error < *b) {
-            best = Some((error, c));
+            let layers: Vec<&DenseLayerPoint> = kept.iter().map(|(d, _)| *d).collect();
+            let (k, floor, limit) = fit_dense_weights(&layers);
+            let gated_at = if k > 0.0 { min } else { 0.0 };
+            let c = Correction {
+                dense_weight_ms_per_mib: k,
+                dense_weight_floor_mib: floor,
+                dense_weight_limit_mib: limit,
+                dense_network_min_mib: gated_at,
+                dense_network_basis: if gated_at > 0.0 { basis } else { SizeBasis::Weights },
+                ..gate
+            };
+            let (mut total, mut count) = (0.0, 0usize);
+            for p in &with_dense {
+                for d in p.dense_layers.iter().filter(|d| d.is_usable()) {
+                    let predicted = d.predicted_ms + c.dense_weight_ms_for_mib(d.weight_mib, p.size());
+                    total += ((predicted - d.measured_ms) / d.measured_ms).abs();
+                    count += 1;
+                }
+            }
+            let error = if count > 0 { total / count as f64 } else { 0.0 };
+            if best.as_ref().is_none_or(|(b, _)| error < *b) {
+                best = Some((error, c));
+            }
         }
     }
     best.map_or(Correction { dense_cache_mib: cache_mib.unwrap_or(0.0), ..Correction::NONE }, |(_, c)| c)
@@ -972,7 +1062,13 @@ mod tests {
             matmul_layers: vec![],
             layout_layers: vec![],
             weight_mib: 10.0 * layers as f64,
+            touched_mib: 0.0,
         }
+    }
+
+    /// A network with `mib` MiB of weights and nothing else.
+    fn net(mib: f64) -> NetworkSize {
+        NetworkSize { weight_mib: mib, touched_mib: mib }
     }
 
     #[test]
@@ -1065,13 +1161,13 @@ mod tests {
         let c = Calibration::fit("dev", "learned", "h", all, Some(2.0)).unwrap().correction;
         assert_eq!(c.memory_per_weighted_layer_mib, 0.0, "{c:?}");
         assert!((c.memory_per_layer_mib - 0.04).abs() < 1e-9, "{c:?}");
-        assert!((c.layer_latency_ms(LayerType::Conv2d, 1 << 20, 1 << 30, 2.0) - (1.1 * 2.0 + 0.02)).abs() < 1e-9);
+        assert!((c.layer_latency_ms(LayerType::Conv2d, 1 << 20, net(1024.0), 2.0) - (1.1 * 2.0 + 0.02)).abs() < 1e-9);
         // No dense layers in the points: no dense term.
         assert_eq!((c.dense_weight_ms_per_mib, c.dense_weight_limit_mib), (0.0, 0.0));
-        assert!((c.layer_latency_ms(LayerType::Dense, 1 << 20, 1 << 30, 2.0) - (1.1 * 2.0 + 0.02)).abs() < 1e-9);
+        assert!((c.layer_latency_ms(LayerType::Dense, 1 << 20, net(1024.0), 2.0) - (1.1 * 2.0 + 0.02)).abs() < 1e-9);
         // A negative per-layer term never makes a layer negative.
         let shrink = Correction { latency_per_layer_ms: -1.0, ..c };
-        assert_eq!(shrink.layer_latency_ms(LayerType::Conv2d, 0, 0, 0.1), 0.0);
+        assert_eq!(shrink.layer_latency_ms(LayerType::Conv2d, 0, net(0.0), 0.1), 0.0);
     }
 
     #[test]
@@ -1134,9 +1230,9 @@ mod tests {
         assert!((c.correction.matmul_extra_fraction - 0.06).abs() < 1e-9, "{:?}", c.correction);
         // On a product with weights only, and in the network's total.
         let k = Correction { matmul_extra_fraction: 0.06, ..Correction::NONE };
-        assert!((k.layer_latency_ms(LayerType::MatMul, 1 << 20, 1 << 30, 2.0) - 2.12).abs() < 1e-9);
-        assert_eq!(k.layer_latency_ms(LayerType::MatMul, 0, 1 << 30, 2.0), 2.0, "a product of two tensors");
-        assert_eq!(k.layer_latency_ms(LayerType::Dense, 1 << 20, 1 << 30, 2.0), 2.0);
+        assert!((k.layer_latency_ms(LayerType::MatMul, 1 << 20, net(1024.0), 2.0) - 2.12).abs() < 1e-9);
+        assert_eq!(k.layer_latency_ms(LayerType::MatMul, 0, net(1024.0), 2.0), 2.0, "a product of two tensors");
+        assert_eq!(k.layer_latency_ms(LayerType::Dense, 1 << 20, net(1024.0), 2.0), 2.0);
         let d = &c.networks[3];
         let sum: f64 = d.matmul_layers.iter().map(|m| m.predicted_ms).sum();
         assert!((k.network_latency_ms(d) - (d.predicted_latency_ms + 0.06 * sum)).abs() < 1e-9);
@@ -1182,10 +1278,10 @@ mod tests {
         assert!((c.dense_weight_floor_mib - 0.25).abs() < 1e-9, "{c:?}");
         // Halfway (geometrically) between the largest size that gets the term and the next one measured.
         assert!((c.dense_weight_limit_mib - 32.0).abs() < 1e-9, "{c:?}");
-        assert!((c.dense_weight_ms(LayerType::Dense, 8 << 20, 1 << 30) - 0.05 * 7.75).abs() < 1e-9);
-        assert_eq!(c.dense_weight_ms(LayerType::Dense, 1 << 16, 1 << 30), 0.0, "below the floor");
-        assert_eq!(c.dense_weight_ms(LayerType::Dense, 64 << 20, 1 << 30), 0.0);
-        assert_eq!(c.dense_weight_ms(LayerType::Conv2d, 8 << 20, 1 << 30), 0.0);
+        assert!((c.dense_weight_ms(LayerType::Dense, 8 << 20, net(1024.0)) - 0.05 * 7.75).abs() < 1e-9);
+        assert_eq!(c.dense_weight_ms(LayerType::Dense, 1 << 16, net(1024.0)), 0.0, "below the floor");
+        assert_eq!(c.dense_weight_ms(LayerType::Dense, 64 << 20, net(1024.0)), 0.0);
+        assert_eq!(c.dense_weight_ms(LayerType::Conv2d, 8 << 20, net(1024.0)), 0.0);
         // The network terms are fitted on top of the dense term: the same 1.1 x + 0.02 ms per layer as before.
         assert!((c.latency_scale - 1.1).abs() < 1e-9 && (c.latency_per_layer_ms - 0.02).abs() < 1e-9, "{c:?}");
         for p in &points {
@@ -1197,7 +1293,7 @@ mod tests {
         assert_eq!(layers_only.correction.dense_weight_ms_per_mib, c.dense_weight_ms_per_mib);
         let memory = fitted.memory_only();
         assert!(memory.memory_only && memory.correction.dense_weight_ms_per_mib == 0.0);
-        assert_eq!(memory.correction.layer_latency_ms(LayerType::Dense, 8 << 20, 1 << 30, 1.0), 1.0);
+        assert_eq!(memory.correction.layer_latency_ms(LayerType::Dense, 8 << 20, net(1024.0), 1.0), 1.0);
         // Too few dense layers: no term.
         let mut few = points.clone();
         for p in &mut few {
@@ -1212,6 +1308,58 @@ mod tests {
         }
         let c = Calibration::fit("dev", "learned", "h", same, Some(2.0)).unwrap().correction;
         assert_eq!((c.dense_weight_ms_per_mib, c.dense_weight_limit_mib), (0.0, 0.0));
+    }
+
+    #[test]
+    fn the_gate_counts_a_network_s_activations_when_they_decide_the_cache_regime() {
+        // Four CNNs of 6-12 MiB of weights and 30-200 MiB with their outputs, whose 3-8 MiB heads take 0.05 ms
+        // more per MiB above 0.25 MiB; three MLPs of 9-16 MiB of weights (and hardly any outputs) whose 3-6 MiB
+        // layers take what they took alone. By weights, an MLP is larger than every CNN: no gate on weights
+        // keeps the MLPs' layers from the term and the CNNs' heads in it.
+        let mut points = Vec::new();
+        for (i, (weights, touched)) in [(6.0, 30.0), (8.0, 60.0), (10.0, 120.0), (12.0, 200.0)].into_iter().enumerate()
+        {
+            let mut p = point(&format!("cnn{i}"), 50, 5.0, 20.0);
+            (p.weight_mib, p.touched_mib) = (weights, touched);
+            for (j, mib) in [3.0, 5.0, 8.0].into_iter().enumerate() {
+                let ms = 0.02 * mib;
+                p.dense_layers.push(DenseLayerPoint {
+                    layer: format!("fc{j}"),
+                    weight_mib: mib,
+                    predicted_ms: ms,
+                    measured_ms: ms + 0.05 * (mib - 0.25),
+                });
+            }
+            points.push(p);
+        }
+        for (i, weights) in [9.0, 13.0, 16.0].into_iter().enumerate() {
+            let mut p = point(&format!("mlp{i}"), 3, 0.1, 3.0);
+            (p.weight_mib, p.touched_mib) = (weights, weights + 0.1);
+            for (j, mib) in [3.0, 4.0, 6.0].into_iter().enumerate() {
+                p.dense_layers.push(DenseLayerPoint {
+                    layer: format!("fc{j}"),
+                    weight_mib: mib,
+                    predicted_ms: 0.02 * mib,
+                    measured_ms: 0.02 * mib,
+                });
+            }
+            points.push(p);
+        }
+        let c = Calibration::fit("dev", "learned", "h", points.clone(), Some(1.0)).unwrap().correction;
+        assert_eq!(c.dense_network_basis, SizeBasis::Touched, "{c:?}");
+        assert!((c.dense_network_min_mib - (16.1f64 * 30.0).sqrt()).abs() < 1e-9, "{c:?}");
+        assert!((c.dense_weight_ms_per_mib - 0.05).abs() < 1e-9, "{c:?}");
+        let cnn = NetworkSize { weight_mib: 7.0, touched_mib: 29.0 };
+        let mlp = NetworkSize { weight_mib: 20.0, touched_mib: 20.1 };
+        assert!((c.dense_weight_ms(LayerType::Dense, 4 << 20, cnn) - 0.05 * 3.75).abs() < 1e-9);
+        assert_eq!(c.dense_weight_ms(LayerType::Dense, 4 << 20, mlp), 0.0);
+        assert!(c.dense_gate_clause().contains("weights and layer outputs"), "{}", c.dense_gate_clause());
+        // A calibration that predates the touched size (0 recorded) is gated on weights.
+        for p in &mut points {
+            p.touched_mib = 0.0;
+        }
+        let c = Calibration::fit("dev", "learned", "h", points, Some(1.0)).unwrap().correction;
+        assert_eq!(c.dense_network_basis, SizeBasis::Weights, "{c:?}");
     }
 
     #[test]
@@ -1244,10 +1392,10 @@ mod tests {
         // Halfway (geometrically) between the largest small network and the smallest large one (100 MiB).
         assert!((c.dense_network_min_mib - (16.0f64 * 100.0).sqrt()).abs() < 1e-9, "{c:?}");
         assert!((c.dense_weight_ms_per_mib - 0.05).abs() < 1e-9 && c.dense_cache_mib == 2.0, "{c:?}");
-        assert_eq!(c.dense_weight_ms(LayerType::Dense, 4 << 20, 16 << 20), 0.0);
-        assert!((c.dense_weight_ms(LayerType::Dense, 4 << 20, 100 << 20) - 0.05 * 3.75).abs() < 1e-9);
-        assert!((c.dense_weight_ms(LayerType::Dense, 1 << 20, 16 << 20) - 0.05 * 0.75).abs() < 1e-9);
-        assert!((c.dense_weight_ms_for_mib(4.0, 40.5) - 0.05 * 3.75).abs() < 1e-9);
+        assert_eq!(c.dense_weight_ms(LayerType::Dense, 4 << 20, net(16.0)), 0.0);
+        assert!((c.dense_weight_ms(LayerType::Dense, 4 << 20, net(100.0)) - 0.05 * 3.75).abs() < 1e-9);
+        assert!((c.dense_weight_ms(LayerType::Dense, 1 << 20, net(16.0)) - 0.05 * 0.75).abs() < 1e-9);
+        assert!((c.dense_weight_ms_for_mib(4.0, net(40.5)) - 0.05 * 3.75).abs() < 1e-9);
         // Without the small networks, every network gets the term. With only the smaller one, whose two
         // layers beyond the cache alone would call for the gate just above it, that gate is not tried: two
         // layers are too few to show a cache regime.

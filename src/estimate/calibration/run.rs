@@ -5,7 +5,7 @@
 //! many machines through the C ABI) needs the same runs, the same points and the same refusals.
 
 use super::{
-    models_fingerprint, read_core_cache_mib, Calibration, CalibrationPoint, DenseLayerPoint, LayoutPoint,
+    models_fingerprint, read_core_cache_mib, Calibration, CalibrationPoint, DenseLayerPoint, LayoutPoint, NetworkSize,
     ResidualAddPoint, MIN_NETWORKS,
 };
 use crate::collect::profile::DeviceProfile;
@@ -217,12 +217,13 @@ fn calibration_point(
 ) -> Result<CalibrationPoint> {
     // Each layer's time brought to nominal speed like the network's total.
     let to_nominal = row.measured_latency_at_nominal_ms.map_or(1.0, |n| n / measured.total.latency_ms);
-    let costs = net.analyze()?.costs;
+    let analysis = net.analyze()?;
+    let costs = &analysis.costs[..];
     let dense_layers = estimate
         .layers
         .iter()
         .zip(&measured.layers)
-        .zip(&costs)
+        .zip(costs)
         .filter(|((e, _), _)| e.layer_type == LayerType::Dense && e.predictor.fused_into().is_none())
         .filter(|((_, m), _)| m.latency_ms > 0.0)
         .filter_map(|((e, m), cost)| {
@@ -234,7 +235,7 @@ fn calibration_point(
             })
         })
         .collect();
-    let weight_mib = costs.iter().map(|c| c.weight_elems * BYTES_PER_ELEMENT).sum::<u64>() as f64 / MIB;
+    let NetworkSize { weight_mib, touched_mib } = NetworkSize::of(costs, &estimator.rules.plan(net, &analysis));
     // Layers by name: a fused add is named by the layer whose product computes it.
     let index: HashMap<&str, usize> = net.layers.iter().enumerate().map(|(i, l)| (l.name.as_str(), i)).collect();
     // Convolutions that compute a residual add: their node's time and the add's (0 when tract fused it).
@@ -244,7 +245,7 @@ fn calibration_point(
         .layers
         .iter()
         .zip(&measured.layers)
-        .zip(&costs)
+        .zip(costs)
         .filter(|((e, _), cost)| e.layer_type == LayerType::MatMul && cost.weight_elems > 0)
         .filter(|((e, _), _)| e.predictor.fused_into().is_none())
         .filter_map(|((e, m), cost)| {
@@ -275,6 +276,7 @@ fn calibration_point(
         matmul_layers,
         layout_layers,
         weight_mib,
+        touched_mib,
         network: net.name.clone(),
         executing_layers: estimate.executing_layers(),
         weighted_layers: estimate.weighted_layers(),
@@ -409,8 +411,9 @@ pub fn refit(
             ))
         })?;
         // The network measured: the same weights (a network of that name changed since is not).
-        let costs = net.analyze()?.costs;
-        let weight_mib = costs.iter().map(|c| c.weight_elems * BYTES_PER_ELEMENT).sum::<u64>() as f64 / MIB;
+        let analysis = net.analyze()?;
+        let size = NetworkSize::of(&analysis.costs, &estimator.rules.plan(net, &analysis));
+        let weight_mib = size.weight_mib;
         if (weight_mib - recorded.weight_mib).abs() > 1e-9 * recorded.weight_mib.max(1.0) {
             return Err(Error::Invalid(format!(
                 "calibration network '{}' has {weight_mib:.3} MiB of weights in the zoo at {}, {:.3} MiB when it \
@@ -430,7 +433,7 @@ pub fn refit(
                 first.name
             )));
         }
-        let point = refit_point(recorded, &estimate, layout_points(&estimator, net, &estimate)?);
+        let point = refit_point(recorded, &estimate, layout_points(&estimator, net, &estimate)?, size);
         let layer_points = |p: &CalibrationPoint| {
             p.dense_layers.len() + p.residual_adds.len() + p.matmul_layers.len() + p.layout_layers.len()
         };
@@ -469,8 +472,13 @@ pub fn refit(
 
 /// A recorded network's point with the new estimate's predictions. A layer point is kept only while the
 /// estimate still runs that layer as it was measured: a dense layer or product of its own, a convolution
-/// computing the same add.
-fn refit_point(recorded: &CalibrationPoint, estimate: &Estimate, layout: Vec<LayoutPoint>) -> CalibrationPoint {
+/// computing the same add. `size` is the network's (the same weights as recorded, checked by the caller).
+fn refit_point(
+    recorded: &CalibrationPoint,
+    estimate: &Estimate,
+    layout: Vec<LayoutPoint>,
+    size: NetworkSize,
+) -> CalibrationPoint {
     let layers: HashMap<&str, &crate::estimate::LayerEstimate> =
         estimate.layers.iter().map(|l| (l.name.as_str(), l)).collect();
     let own_time = |name: &str| {
@@ -501,6 +509,7 @@ fn refit_point(recorded: &CalibrationPoint, estimate: &Estimate, layout: Vec<Lay
         weighted_layers: estimate.weighted_layers(),
         predicted_latency_ms: estimate.total.latency_ms,
         predicted_peak_memory_mib: estimate.total.peak_memory_mib,
+        touched_mib: size.touched_mib,
         ..recorded.clone()
     }
 }
