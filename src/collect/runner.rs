@@ -516,6 +516,36 @@ fn round_robin(groups: Vec<VecDeque<Sample>>) -> VecDeque<VecDeque<Sample>> {
     out
 }
 
+/// An engine as its rows' `engine` column names it, without its version: its name and, for ONNX Runtime, the
+/// optimisation level (`onnxruntime 1.32.0 (optimisation all)` is `onnxruntime`, `all`).
+fn engine_kind(engine: &str) -> (&str, Option<&str>) {
+    let name = engine.split_whitespace().next().unwrap_or("");
+    let level = engine.split_once("(optimisation ").and_then(|(_, rest)| rest.split(')').next());
+    (name, level)
+}
+
+/// Refuse to add rows of `engine` to a device directory whose files hold rows of another engine or optimisation
+/// level: one device's models learn one engine's times (a new version of the same engine is fine, as a
+/// re-collection would measure it).
+fn check_same_engine(device_dir: &Path, engine: &str) -> Result<()> {
+    let Ok(entries) = std::fs::read_dir(device_dir) else { return Ok(()) };
+    let mut files: Vec<PathBuf> =
+        entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "csv")).collect();
+    files.sort();
+    for path in files {
+        let Ok(samples) = data::read_samples(&path) else { continue };
+        if let Some(other) =
+            samples.iter().map(|s| s.engine.as_str()).find(|e| !e.is_empty() && engine_kind(e) != engine_kind(engine))
+        {
+            return Err(Error::Invalid(format!(
+                "{}: its rows were measured with '{other}', this collection measures with '{engine}': a device's                  rows come from one engine at one optimisation level; make a device of its own for this engine                  ('perfmodel device init NAME --executor ...') or collect into another --data-dir",
+                path.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Measure `configs` (each expanded to the profile's batch sizes, ascending) on this device and append the rows
 /// to `options.data_dir/DEVICE/<layer_type>.csv`, skipping what is already there.
 pub fn collect(
@@ -534,6 +564,7 @@ pub fn collect(
     }
     // Two collections into the same files would measure the same configs and interleave their rows.
     let _lock = collection_lock(&device_dir)?;
+    check_same_engine(&device_dir, &executor.describe())?;
     write_atomic(device_dir.join("profile.toml"), profile.to_toml()?.as_bytes())?;
 
     let mut seen = HashSet::new();
@@ -800,6 +831,28 @@ pub fn remeasure(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_of_another_engine_or_optimisation_level_are_refused() {
+        assert_eq!(engine_kind("onnxruntime 1.32.0 (optimisation all)"), ("onnxruntime", Some("all")));
+        assert_eq!(engine_kind("tract 0.23.9"), ("tract", None));
+        let dir = tempfile::tempdir().unwrap();
+        let device = dir.path().join("dev");
+        // No directory, or no rows yet: anything goes.
+        check_same_engine(&device, "tract 0.23.9").unwrap();
+        let cfg =
+            LayerConfig::new(crate::layer::Op::Conv2d(crate::layer::Conv2d::new(8, [3, 3])), vec![vec![3, 8, 8]], 1);
+        let mut sample = Sample::unmeasured(&cfg).unwrap();
+        sample.engine = "onnxruntime 1.32.0 (optimisation all)".into();
+        let path = data::file_path(&device, LayerType::Conv2d);
+        SampleWriter::open(&path).unwrap().append(&sample).unwrap();
+        // Another version of the same engine and level is the same device.
+        check_same_engine(&device, "onnxruntime 1.33.1 (optimisation all)").unwrap();
+        for other in ["onnxruntime 1.32.0 (optimisation basic)", "tract 0.23.9"] {
+            let e = check_same_engine(&device, other).unwrap_err().to_string();
+            assert!(e.contains("conv2d.csv") && e.contains("optimisation all") && e.contains(other), "{e}");
+        }
+    }
 
     #[test]
     fn shard_parsing_and_slurm() {

@@ -246,6 +246,19 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         }
     }
 
+    /// The arena the engine takes a run's tensors from, if it has one ([`crate::estimate::arena`]): the heap a
+    /// run needs is then the arena's regions, not the live tensors at the peak. None: tensors come from the
+    /// heap as they are needed (tract).
+    fn arena(&self) -> Option<crate::estimate::arena::ArenaConfig> {
+        None
+    }
+
+    /// What each layer takes from the engine's arena when it runs ([`Self::arena`]): its output's bytes as the
+    /// engine lays it out, and its kernel's scratch. By default the plain f32 output and no scratch.
+    fn arena_bytes(&self, _net: &Network, analysis: &Analysis, _plan: &Plan) -> Vec<(u64, u64)> {
+        analysis.costs.iter().map(|c| (c.output_elems * crate::estimate::memory::BYTES_PER_ELEMENT, 0)).collect()
+    }
+
     /// Convolutions lowered to a matrix product over an explicit packed copy of the input (`pack_a` of a 1×1
     /// convolution turned einsum, `Im2col` of a grouped one, in tract); other convolutions gather lazily.
     fn copies_input_when_packing(&self, op: &Op) -> bool {

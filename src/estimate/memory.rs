@@ -37,6 +37,8 @@
 //!   (0.7 MiB) high.
 //! - Peak memory is the maximum over the executing steps; [`in_use_bytes`] gives every step's, so a report can
 //!   name the layer at the peak.
+//! - An engine that takes tensors from an arena (ONNX Runtime) holds the arena's regions, not the live tensors:
+//!   [`arena_in_use_bytes`] replays the same walk's allocations through [`super::arena`].
 
 use crate::network::Source;
 
@@ -61,6 +63,9 @@ pub struct Step {
     /// A layer that does not execute but whose output is all of its inputs side by side (a concat the engine
     /// never materialises, its readers taking the parts one by one): reading it keeps every input alive.
     pub keeps_inputs: bool,
+    /// A layer whose kernel adds its result into its first source (a residual add it computes): it writes there
+    /// when it is that tensor's last reader (ONNX Runtime's convolution with a `Sum` input), and only there.
+    pub adds_into_first: bool,
 }
 
 /// Tensor 0 is the network input, tensor 1 + i the output of layer i.
@@ -82,6 +87,92 @@ pub fn peak_bytes(sources: &[Vec<Source>], steps: &[Step], input_bytes: u64, wei
 /// Bytes in use while each layer runs (weights, live tensors and its workspace), `None` for layers that do not
 /// execute; the peak is their maximum. Arguments as for [`peak_bytes`].
 pub fn in_use_bytes(sources: &[Vec<Source>], steps: &[Step], input_bytes: u64, weight_bytes: u64) -> Vec<Option<u64>> {
+    let n = steps.len();
+    let Liveness { storage, last_use } = liveness(sources, steps, input_bytes);
+    let bytes_of = |t: usize| if t == 0 { input_bytes } else { steps[t - 1].output_bytes };
+    // Sweep: allocate at the producing step, free after the last use.
+    let mut allocated_at = vec![0u64; n];
+    let mut freed_after = vec![0u64; n];
+    if n > 0 {
+        allocated_at[0] += input_bytes;
+        freed_after[n - 1] += input_bytes;
+    }
+    for i in 0..n {
+        if steps[i].executes && storage[1 + i] == 1 + i {
+            allocated_at[i] += steps[i].output_bytes;
+            freed_after[last_use[1 + i]] += steps[i].output_bytes;
+        }
+    }
+    let mut live = 0u64;
+    let mut in_use = Vec::with_capacity(n);
+    for i in 0..n {
+        live += allocated_at[i];
+        in_use.push(steps[i].executes.then(|| {
+            let mut held = live.saturating_add(steps[i].workspace_bytes);
+            if let Some(input) = input_freed_after_packing(sources, steps, &storage, &last_use, i, bytes_of) {
+                held = held.saturating_sub(input.min(steps[i].output_bytes));
+            }
+            weight_bytes.saturating_add(held)
+        }));
+        live -= freed_after[i];
+    }
+    in_use
+}
+
+/// Bytes in use after each layer runs when the engine takes tensors from an arena ([`super::arena`]: ONNX
+/// Runtime's), `None` for layers that do not execute: what is resident (`weight_bytes` and the caller's input,
+/// which the engine reads in place) and the arena's regions so far. At each executing step the layer's output
+/// is allocated (unless it overwrites an input), then its scratch, which is freed as it ends, then every
+/// tensor whose last reader it was. `arena_bytes[i]` is what layer `i` takes from the arena: its output as the
+/// engine lays it out and its kernel's scratch (not the memory model's workspace, which measured alone is the
+/// arena's first region as much as the layer's own need). Other arguments as for [`peak_bytes`].
+pub fn arena_in_use_bytes(
+    sources: &[Vec<Source>],
+    steps: &[Step],
+    input_bytes: u64,
+    weight_bytes: u64,
+    arena_bytes: &[(u64, u64)],
+    config: super::arena::ArenaConfig,
+) -> Vec<Option<u64>> {
+    let n = steps.len();
+    let Liveness { storage, last_use } = liveness(sources, steps, input_bytes);
+    let mut dies_after: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for t in 1..=n {
+        if steps[t - 1].executes && storage[t] == t {
+            dies_after[last_use[t]].push(t);
+        }
+    }
+    let mut arena = super::arena::Arena::new(config);
+    // Allocation ids: tensor t is t, the workspace of step i is n + 1 + i.
+    let resident = weight_bytes.saturating_add(input_bytes);
+    let mut in_use = Vec::with_capacity(n);
+    for i in 0..n {
+        if steps[i].executes {
+            let (output, scratch) = arena_bytes.get(i).copied().unwrap_or((steps[i].output_bytes, 0));
+            if storage[1 + i] == 1 + i {
+                arena.alloc(1 + i, output);
+            }
+            arena.alloc(n + 1 + i, scratch);
+            arena.free(n + 1 + i);
+        }
+        in_use.push(steps[i].executes.then(|| resident.saturating_add(arena.reserved_bytes())));
+        for &t in &dies_after[i] {
+            arena.free(t);
+        }
+    }
+    in_use
+}
+
+/// Which buffer really holds each tensor and the step after which it is last needed.
+struct Liveness {
+    /// `storage[t]`: the tensor whose buffer holds tensor t (itself, an input a layer that does not run
+    /// aliases, or an input an in-place layer overwrote).
+    storage: Vec<usize>,
+    /// Step after which each stored tensor is last needed.
+    last_use: Vec<usize>,
+}
+
+fn liveness(sources: &[Vec<Source>], steps: &[Step], input_bytes: u64) -> Liveness {
     let n = steps.len();
     // Tensor 0 is the network input, tensor 1 + i the output of layer i. `storage[t]` is the tensor that really
     // holds tensor t's data (itself unless t is the output of a layer that does not execute).
@@ -116,10 +207,12 @@ pub fn in_use_bytes(sources: &[Vec<Source>], steps: &[Step], input_bytes: u64, w
         t
     };
     for i in 0..n {
-        if !(steps[i].executes && steps[i].in_place) {
+        if !(steps[i].executes && (steps[i].in_place || steps[i].adds_into_first)) {
             continue;
         }
-        let target = sources[i]
+        let candidates =
+            if steps[i].adds_into_first { &sources[i][..sources[i].len().min(1)] } else { &sources[i][..] };
+        let target = candidates
             .iter()
             .map(|s| find(&storage, tensor_of(s)))
             .find(|&r| r != 0 && last_use[r] == i && bytes_of(r) == steps[i].output_bytes);
@@ -132,33 +225,7 @@ pub fn in_use_bytes(sources: &[Vec<Source>], steps: &[Step], input_bytes: u64, w
     for t in 0..=n {
         storage[t] = find(&storage, t);
     }
-    // Sweep: allocate at the producing step, free after the last use.
-    let mut allocated_at = vec![0u64; n];
-    let mut freed_after = vec![0u64; n];
-    if n > 0 {
-        allocated_at[0] += input_bytes;
-        freed_after[n - 1] += input_bytes;
-    }
-    for i in 0..n {
-        if steps[i].executes && storage[1 + i] == 1 + i {
-            allocated_at[i] += steps[i].output_bytes;
-            freed_after[last_use[1 + i]] += steps[i].output_bytes;
-        }
-    }
-    let mut live = 0u64;
-    let mut in_use = Vec::with_capacity(n);
-    for i in 0..n {
-        live += allocated_at[i];
-        in_use.push(steps[i].executes.then(|| {
-            let mut held = live.saturating_add(steps[i].workspace_bytes);
-            if let Some(input) = input_freed_after_packing(sources, steps, &storage, &last_use, i, bytes_of) {
-                held = held.saturating_sub(input.min(steps[i].output_bytes));
-            }
-            weight_bytes.saturating_add(held)
-        }));
-        live -= freed_after[i];
-    }
-    in_use
+    Liveness { storage, last_use }
 }
 
 /// Bytes of the input a packing step `i` frees before writing its output (see the module docs), if it does.
@@ -207,7 +274,56 @@ mod tests {
     use super::*;
 
     fn run(output_bytes: u64, workspace_bytes: u64) -> Step {
-        Step { output_bytes, workspace_bytes, executes: true, in_place: false, packs_input: false, keeps_inputs: false }
+        Step {
+            output_bytes,
+            workspace_bytes,
+            executes: true,
+            in_place: false,
+            packs_input: false,
+            keeps_inputs: false,
+            adds_into_first: false,
+        }
+    }
+
+    #[test]
+    fn an_arena_holds_its_regions_not_the_live_tensors() {
+        // input -> a (3 MiB) -> b (3 MiB) -> c (1 MiB). a takes a 4-MiB region; b, alive with a, a second one
+        // (the next region is 4 MiB too: the first was sized up for a); c, after a is freed, fits the 1 MiB left
+        // beside b. 8 MiB of regions and their tables (1/32), from b on, beside 5 resident bytes and the input.
+        const MIB: u64 = 1 << 20;
+        let sources = vec![vec![Source::Input], vec![Source::Layer(0)], vec![Source::Layer(1)]];
+        let steps = [run(3 * MIB, 0), run(3 * MIB, 0), run(MIB, 0)];
+        let config = crate::estimate::arena::ArenaConfig::ONNXRUNTIME;
+        let sizes: Vec<(u64, u64)> = steps.iter().map(|s| (s.output_bytes, 0)).collect();
+        let in_use = arena_in_use_bytes(&sources, &steps, 7, 5, &sizes, config);
+        let regions = |mib: u64| 12 + mib * MIB + mib * MIB / 32;
+        assert_eq!(in_use, [Some(regions(4)), Some(regions(8)), Some(regions(8))]);
+        // The live tensors alone peak at 6 MiB.
+        assert_eq!(peak_bytes(&sources, &steps, 7, 5), 12 + 6 * MIB);
+    }
+
+    #[test]
+    fn a_convolution_computing_an_add_writes_into_the_other_input_when_it_is_its_last_reader() {
+        // input -> s (3 MiB, the shortcut) -> c (3 MiB, adding s). Without the sum written into s, a second
+        // 4-MiB region holds c; with it, c takes s's buffer. Only the first source is overwritten: c's own input
+        // t (the same size, dying there too) is not.
+        const MIB: u64 = 1 << 20;
+        let config = crate::estimate::arena::ArenaConfig::ONNXRUNTIME;
+        let sources = vec![vec![Source::Input], vec![Source::Layer(0)], vec![Source::Layer(0), Source::Layer(1)]];
+        let adding = Step { adds_into_first: true, ..run(3 * MIB, 0) };
+        let sizes = [(3 * MIB, 0), (3 * MIB, 0), (3 * MIB, 0)];
+        let regions = |mib: u64| 12 + mib * MIB + mib * MIB / 32;
+        let in_use = arena_in_use_bytes(&sources, &[run(3 * MIB, 0), run(3 * MIB, 0), adding], 7, 5, &sizes, config);
+        assert_eq!(in_use[2], Some(regions(8)), "s and t live, c in s");
+        let in_use =
+            arena_in_use_bytes(&sources, &[run(3 * MIB, 0), run(3 * MIB, 0), run(3 * MIB, 0)], 7, 5, &sizes, config);
+        assert_eq!(in_use[2], Some(regions(16)), "s, t and c apart");
+        // s still read later: c writes a buffer of its own.
+        let later = vec![sources[0].clone(), sources[1].clone(), sources[2].clone(), vec![Source::Layer(0)]];
+        let steps = [run(3 * MIB, 0), run(3 * MIB, 0), adding, run(MIB, 0)];
+        let in_use =
+            arena_in_use_bytes(&later, &steps, 7, 5, &[(3 * MIB, 0), (3 * MIB, 0), (3 * MIB, 0), (MIB, 0)], config);
+        assert_eq!(in_use[2], Some(regions(16)));
     }
 
     #[test]
@@ -258,6 +374,7 @@ mod tests {
             in_place: true,
             packs_input: false,
             keeps_inputs: false,
+            adds_into_first: false,
         };
         let steps = [run(16, 0), in_place(16), run(16, 0), in_place(16)];
         // The input (8) lives throughout. a: 8 + 16; r: 8 + 16 (in a); b: 8 + 16 + 16; add: 8 + 16 + 16 (in a).
@@ -286,6 +403,7 @@ mod tests {
             in_place: false,
             packs_input: false,
             keeps_inputs: false,
+            adds_into_first: false,
         };
         let steps = [run(16, 0), view, run(4, 100), run(16, 0)];
         // a: 8 + 16 = 24; b: 8 + 16 (a, alive through the view until add) + 4 + 100 = 128;
@@ -304,6 +422,7 @@ mod tests {
             in_place: false,
             packs_input: true,
             keeps_inputs: false,
+            adds_into_first: false,
         };
         // c: input 8 + max(a 100, c 60) + copy 120 = 228 (not 8 + 100 + 60 + 120 = 288).
         assert_eq!(peak_bytes(&sources, &[run(100, 0), packing(60, 120), run(4, 0)], 8, 0), 228);

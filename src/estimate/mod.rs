@@ -29,6 +29,7 @@
 //!
 //! A metric the device has no model for (power on a machine without a power sensor) is null with a note, never 0.
 
+pub mod arena;
 pub mod baseline;
 pub mod calibration;
 pub mod memory;

@@ -496,6 +496,7 @@ pub(super) fn memory(
                     packs_input: false,
                     // Both an unbuilt concat's parts and an add computed by its reader are read by the layer after.
                     keeps_inputs: matches!(fusion, Some(Fusion::UnbuiltConcat | Fusion::IntoReader)),
+                    adds_into_first: false,
                 });
                 continue;
             }
@@ -540,6 +541,7 @@ pub(super) fn memory(
             in_place: rules.computes_in_place(&layer.op),
             packs_input: rules.copies_input_when_packing(&layer.op) && kernel.unbuilt_concat.is_none(),
             keeps_inputs: false,
+            adds_into_first: false,
         });
     }
     let input_bytes = net.input_shape.iter().product::<usize>() as u64 * net.batch_size as u64 * BYTES_PER_ELEMENT;
@@ -561,8 +563,73 @@ pub(super) fn memory(
         &analysis.sources
     };
     let resident_bytes = (all_weight_bytes as f64 + structure_bytes).max(0.0) as u64;
-    let in_use_bytes = memory::in_use_bytes(sources, &steps, input_bytes, resident_bytes);
+    let in_use_bytes = match rules.arena() {
+        Some(arena) => {
+            let arena_bytes = rules.arena_bytes(net, analysis, plan);
+            // In the engine's order: a convolution computing a residual add reads the add's other input, so it
+            // runs when the add would (ONNX Runtime runs a projection block's main branch, then the
+            // projection with the add).
+            let order = engine_order(plan);
+            let mut position = vec![0; order.len()];
+            for (p, &i) in order.iter().enumerate() {
+                position[i] = p;
+            }
+            let at = |s: &Source| match *s {
+                Source::Layer(j) => Source::Layer(position[j]),
+                Source::Input => Source::Input,
+            };
+            // A convolution computing an add reads the add's other input first and writes its sum there when
+            // that is its last reader; the add itself reads only the convolution's side.
+            let mut sources = sources.clone();
+            let mut steps = steps.clone();
+            for (conv, kernel) in (0..n).filter_map(|i| Some((i, plan.kernel(i)?))) {
+                let Some(add) = kernel.fused_add else { continue };
+                if let [own, other] = sources[add][..] {
+                    sources[conv].insert(0, other);
+                    sources[add] = vec![own];
+                    steps[conv].adds_into_first = true;
+                }
+            }
+            let sources: Vec<Vec<Source>> = order.iter().map(|&i| sources[i].iter().map(at).collect()).collect();
+            let steps: Vec<Step> = order.iter().map(|&i| steps[i]).collect();
+            let arena_bytes: Vec<(u64, u64)> = order.iter().map(|&i| arena_bytes[i]).collect();
+            let ordered =
+                memory::arena_in_use_bytes(&sources, &steps, input_bytes, resident_bytes, &arena_bytes, arena);
+            let mut in_use = vec![None; order.len()];
+            for (p, &i) in order.iter().enumerate() {
+                in_use[i] = ordered[p];
+            }
+            in_use
+        }
+        None => memory::in_use_bytes(sources, &steps, input_bytes, resident_bytes),
+    };
     MemoryPass { layer_mib, in_use_bytes, steps, resident_bytes, input_bytes, missing }
+}
+
+/// The layers in the order the engine runs them: the network's, but a layer whose kernel computes a residual add
+/// runs just before that add (after the add's other input), with what it computes between them.
+fn engine_order(plan: &Plan) -> Vec<usize> {
+    let n = plan.roles().len();
+    let mut deferred: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut moved = vec![false; n];
+    for i in 0..n {
+        if let Some(add) = plan.kernel(i).and_then(|k| k.fused_add).filter(|&a| a > i && a < n) {
+            for j in i..add {
+                if j == i || plan.owner(j) == Some(i) {
+                    deferred[add].push(j);
+                    moved[j] = true;
+                }
+            }
+        }
+    }
+    let mut order = Vec::with_capacity(n);
+    for i in 0..n {
+        order.append(&mut deferred[i]);
+        if !moved[i] {
+            order.push(i);
+        }
+    }
+    order
 }
 
 /// The totals of an estimate from its rows and the memory pass: the peak of the liveness walk (calibrated when

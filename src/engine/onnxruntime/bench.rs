@@ -131,8 +131,9 @@ const PRODUCTS: [&str; 7] = ["Conv", "FusedConv", "NhwcConv", "Gemm", "FusedGemm
 /// the tensor it writes: a convolution with its batch norm folded in is named after the batch norm, one that
 /// took a residual add after the add. So resolve `named` back through what the optimiser folds into a product:
 /// an activation or dropout to what it follows, a batch norm to the linear convolution before it (else the batch
-/// norm itself, which runs as a 1x1 convolution), an add to the later of the products feeding it (the one that
-/// computes it); `named` itself when that leads to no product.
+/// norm itself, which runs as a 1x1 convolution), an add to the first of its inputs that leads to a product (the
+/// one ONNX Runtime tries first, see [`crate::engine::rules::OnnxRuntime`]); `named` itself when that leads to no
+/// product.
 fn product_owner(network: &Network, sources: &[Vec<crate::network::Source>], named: usize) -> usize {
     use crate::layer::{Activation, Op};
     use crate::network::Source;
@@ -153,13 +154,10 @@ fn product_owner(network: &Network, sources: &[Vec<crate::network::Source>], nam
                 _ => Some(layer),
             },
             Op::Activation(_) | Op::Dropout { .. } => first.and_then(|p| resolve(network, sources, p, depth + 1)),
-            Op::Add => inputs
-                .iter()
-                .filter_map(|s| match s {
-                    Source::Layer(l) => resolve(network, sources, *l, depth + 1),
-                    Source::Input => None,
-                })
-                .max(),
+            Op::Add => inputs.iter().find_map(|s| match s {
+                Source::Layer(l) => resolve(network, sources, *l, depth + 1),
+                Source::Input => None,
+            }),
             _ => None,
         }
     }

@@ -7,7 +7,7 @@
 //! - `extended` also runs the activation a convolution or dense layer is followed by inside it (`FusedConv`,
 //!   `FusedGemm`: ReLU, ReLU6 as `Clip`, leaky ReLU, sigmoid, hard sigmoid, tanh);
 //! - `all` adds a residual add into the linear convolution feeding it (its sum input; the add's ReLU with it)
-//!   when the add is that convolution's only reader, and the NCHWc layout on x86 (blocks of 16 channels with
+//!   when the add is that convolution's only reader (the first input's when both can), and the NCHWc layout on x86 (blocks of 16 channels with
 //!   AVX-512, 8 with AVX2; [`OnnxRuntime::converted`] says which layers): blocked convolutions apply hard swish
 //!   too, and a batch norm that is not folded runs as a blocked 1x1 depthwise convolution taking the activation
 //!   after it (DenseNet's pre-activations).
@@ -209,6 +209,53 @@ impl EngineRules for OnnxRuntime {
         self.at_least(GraphOptimization::Basic)
     }
 
+    fn arena(&self) -> Option<crate::estimate::arena::ArenaConfig> {
+        Some(crate::estimate::arena::ArenaConfig::ONNXRUNTIME)
+    }
+
+    /// A blocked tensor has its channels padded to whole blocks. A swish is a `Sigmoid` and a `Mul`: the sigmoid
+    /// writes a tensor of its own while its input lives on for the multiply (which then overwrites one of
+    /// them). A convolution in the plain layout other than a 1x1 one of stride 1 unpadded unfolds each group's
+    /// input (`im2col`) into scratch: input channels per group x window x output pixels.
+    fn arena_bytes(&self, net: &Network, analysis: &Analysis, plan: &Plan) -> Vec<(u64, u64)> {
+        use crate::estimate::memory::BYTES_PER_ELEMENT;
+        let converted = self.converted(net, analysis, plan);
+        let block = self.nchwc_block.max(1);
+        analysis
+            .costs
+            .iter()
+            .enumerate()
+            .map(|(i, cost)| {
+                let shape = &analysis.output_shapes[i];
+                let mut output = cost.output_elems * BYTES_PER_ELEMENT;
+                if converted[i] {
+                    if let Some(&c) = shape.first().filter(|c| **c > 0) {
+                        output = output / c as u64 * c.next_multiple_of(block) as u64;
+                    }
+                }
+                let activation = match &net.layers[i].op {
+                    Op::Activation(a) => Some(*a),
+                    Op::Conv2d(c) => Some(c.activation),
+                    Op::DepthwiseConv2d(d) => Some(d.activation),
+                    Op::Dense(d) => Some(d.activation),
+                    _ => None,
+                };
+                let mut scratch = if activation == Some(Activation::Swish) { output } else { 0 };
+                if let Op::Conv2d(c) = &net.layers[i].op {
+                    let unpadded = !matches!(c.padding, crate::layer::Padding::Explicit(p) if p != [0; 4]);
+                    let plain_1x1 = c.kernel == [1, 1] && c.strides == [1, 1] && unpadded;
+                    if !self.conv_blocked(net, analysis, i) && !plain_1x1 {
+                        let in_c = analysis.input_shapes(i).first().and_then(|s| s.first()).copied().unwrap_or(0);
+                        let pixels: usize = shape.iter().skip(1).product();
+                        let per_group = (in_c / c.groups.max(1)) * c.kernel[0] * c.kernel[1] * pixels;
+                        scratch += per_group as u64 * BYTES_PER_ELEMENT;
+                    }
+                }
+                (output, scratch)
+            })
+            .collect()
+    }
+
     fn predicts_activation_apart(&self) -> bool {
         true
     }
@@ -359,15 +406,14 @@ impl EngineRules for OnnxRuntime {
             if shapes.len() != 2 || shapes[0] != shapes[1] || a == b {
                 continue;
             }
-            // The later of the two convolutions: the other input is then ready when it stores its output.
-            into[i] = [a, b]
-                .iter()
-                .enumerate()
-                .filter_map(|(side, s)| match s {
-                    Source::Layer(j) => blocked_conv(*j).map(|conv| (conv, side)),
-                    Source::Input => None,
-                })
-                .max_by_key(|&(j, _)| j);
+            // The first input's convolution when it can take the add, else the second's (the `NchwcTransformer`
+            // tries the add's inputs in order; its profile shows torchvision's ResNet-18 adding the shortcut in
+            // `conv2`, its first input, and RegNetX's main branch in the projection, its first input). ONNX
+            // Runtime then runs the other input's branch first.
+            into[i] = [a, b].iter().enumerate().find_map(|(side, s)| match s {
+                Source::Layer(j) => blocked_conv(*j).map(|conv| (conv, side)),
+                Source::Input => None,
+            });
         }
         into
     }
@@ -431,6 +477,35 @@ mod tests {
     fn zoo(name: &str) -> Network {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("zoo").join(name);
         Network::load(&path).unwrap()
+    }
+
+    #[test]
+    fn the_arena_gets_blocked_tensors_padded_a_swish_s_sigmoid_and_a_plain_convolution_s_unfolding() {
+        let net = Network::from_json_str(
+            r#"{"name": "arena", "input_shape": [24, 16, 16], "layers": [
+              {"name": "blocked", "type": "conv2d", "filters": 24, "kernel": [3, 3], "padding": "same", "activation": "relu"},
+              {"name": "swish", "type": "activation", "function": "swish"},
+              {"name": "grouped", "type": "conv2d", "filters": 24, "kernel": [3, 3], "groups": 3, "padding": "same"},
+              {"name": "pointwise", "type": "conv2d", "filters": 24, "kernel": [1, 1], "groups": 3}]}"#,
+            "arena.json",
+        )
+        .unwrap();
+        let analysis = net.analyze().unwrap();
+        let rules = OnnxRuntime { level: GraphOptimization::All, nchwc_block: 16 };
+        let plan = rules.plan(&net, &analysis);
+        let bytes = rules.arena_bytes(&net, &analysis, &plan);
+        let plain = 24 * 16 * 16 * 4;
+        // Blocked: 24 channels padded to 32.
+        assert_eq!(bytes[0], (32 * 16 * 16 * 4, 0));
+        // The sigmoid's tensor beside the output.
+        assert_eq!(bytes[1], (plain, plain));
+        // Groups of 8 channels are not blocked: each group's input unfolded, 8 channels x 9 x 256 pixels.
+        assert_eq!(bytes[2], (plain, 8 * 9 * 256 * 4));
+        // An unpadded 1x1 convolution of stride 1 reads its input as it is.
+        assert_eq!(bytes[3], (plain, 0));
+        // tract has no arena.
+        assert!(crate::engine::rules::Tract.arena().is_none());
+        assert!(rules.arena().is_some());
     }
 
     #[test]
