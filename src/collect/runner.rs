@@ -538,7 +538,9 @@ fn check_same_engine(device_dir: &Path, engine: &str) -> Result<()> {
             samples.iter().map(|s| s.engine.as_str()).find(|e| !e.is_empty() && engine_kind(e) != engine_kind(engine))
         {
             return Err(Error::Invalid(format!(
-                "{}: its rows were measured with '{other}', this collection measures with '{engine}': a device's                  rows come from one engine at one optimisation level; make a device of its own for this engine                  ('perfmodel device init NAME --executor ...') or collect into another --data-dir",
+                "{}: its rows were measured with '{other}', this collection measures with '{engine}': a device's rows \
+                 come from one engine at one optimisation level; make a device of its own for this engine \
+                 ('perfmodel device init NAME --executor ...') or collect into another --data-dir",
                 path.display()
             )));
         }
@@ -851,6 +853,7 @@ mod tests {
         for other in ["onnxruntime 1.32.0 (optimisation basic)", "tract 0.23.9"] {
             let e = check_same_engine(&device, other).unwrap_err().to_string();
             assert!(e.contains("conv2d.csv") && e.contains("optimisation all") && e.contains(other), "{e}");
+            assert!(!e.contains("  "), "{e}");
         }
     }
 

@@ -6,15 +6,16 @@
 //! but the regions the arena had to reserve to hold them, and those grow in powers of two: the first region is
 //! 1 MiB, each later one twice the one before, and a request larger than the next region makes that region the
 //! smallest power of two that holds it (without doubling after it). Each region also costs a table of chunk
-//! handles, one 8-byte handle per 256 bytes (1/32 of its size). Measured on the `zen4` host with ONNX Runtime
+//! handles, one 8-byte handle per 256 bytes (1/32 of its size). Measured on one x86 machine with ONNX Runtime
 //! 1.32, the first run of each of 22 CNNs took, beyond what the built session held, 3.10, 4.15, 7.25, 8.26,
 //! 10.36, 12.39, 16.5 or 33.1 MiB: 3, 4, 7, 8, 10, 12, 16 and 32 MiB of regions with their tables, where their
 //! live tensors at the peak came to 3-46 MiB in no such steps.
 //!
 //! The simulation follows `onnxruntime/core/framework/bfc_arena.cc`: requests rounded up to 256 bytes; the
 //! smallest free chunk that fits (the lowest region and offset on a tie); a chunk split only when it is at least
-//! twice the request (else the request takes all of it); a freed chunk merged with free neighbours in its own
-//! region; a new region only when no free chunk fits. It is given the allocations of the liveness walk
+//! twice the request or would leave at least 128 MiB unused (else the request takes all of it); a freed chunk
+//! merged with free neighbours in its own region; a new region only when no free chunk fits, regions doubling
+//! up to 1 GiB and staying there. It is given the allocations of the liveness walk
 //! ([`super::memory`]) in order, which is how ONNX Runtime's sequential executor allocates on a first run
 //! (later runs allocate one block planned from the first, from the same regions).
 
@@ -27,6 +28,8 @@ pub struct ArenaConfig {
     pub max_doubling_bytes: u64,
     /// Every request is rounded up to a multiple of this.
     pub min_allocation_bytes: u64,
+    /// A chunk is split when it would otherwise leave this many bytes unused, however small the request.
+    pub max_dead_bytes: u64,
     /// Heap bytes of bookkeeping per region byte, as a divisor (32: one 8-byte handle per 256 bytes).
     pub table_divisor: u64,
 }
@@ -37,6 +40,7 @@ impl ArenaConfig {
         initial_region_bytes: 1 << 20,
         max_doubling_bytes: 1 << 30,
         min_allocation_bytes: 256,
+        max_dead_bytes: 128 << 20,
         table_divisor: 32,
     };
 }
@@ -89,7 +93,7 @@ impl Arena {
         };
         let chunks = &mut self.regions[r];
         let size = chunks[c].size;
-        if size >= rounded.saturating_mul(2) {
+        if size >= rounded.saturating_mul(2) || size - rounded >= self.config.max_dead_bytes {
             chunks[c] = Chunk { size: rounded, owner: Some(id) };
             chunks.insert(c + 1, Chunk { size: size - rounded, owner: None });
         } else {
@@ -122,7 +126,9 @@ impl Arena {
         }
         let size = self.next_region;
         if !increased {
-            self.next_region = self.next_region.saturating_mul(2).min(self.config.max_doubling_bytes.max(size));
+            let doubled = self.next_region.saturating_mul(2);
+            self.next_region =
+                if doubled < self.config.max_doubling_bytes { doubled } else { self.config.max_doubling_bytes };
         }
         self.regions.push(vec![Chunk { size, owner: None }]);
         self.region_bytes += size;
@@ -173,6 +179,17 @@ mod tests {
             a.free(id);
         }
         assert!(a.regions.iter().all(|chunks| chunks.len() == 1 && chunks[0].owner.is_none()));
+        // Best fit, not first fit: of a free 1 MiB region and a free 300 KiB chunk, 200 KiB takes the smaller.
+        let mut c = Arena::new(ArenaConfig::ONNXRUNTIME);
+        c.alloc(0, 600 << 10);
+        c.alloc(1, 300 << 10);
+        c.alloc(2, 1700 << 10);
+        c.free(0);
+        c.free(1);
+        c.alloc(3, 200 << 10);
+        assert_eq!(regions(&c), [MIB, 2 * MIB]);
+        assert!(c.regions[0].iter().all(|chunk| chunk.owner.is_none()), "{:?}", c.regions);
+        assert_eq!(c.regions[1][0].owner, Some(3));
         // Requests round up to 256 bytes: 4 x 1 byte fill 4 chunks of 256.
         let mut b = Arena::new(ArenaConfig::ONNXRUNTIME);
         for id in 0..4 {

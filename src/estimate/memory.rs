@@ -287,9 +287,10 @@ mod tests {
 
     #[test]
     fn an_arena_holds_its_regions_not_the_live_tensors() {
-        // input -> a (3 MiB) -> b (3 MiB) -> c (1 MiB). a takes a 4-MiB region; b, alive with a, a second one
-        // (the next region is 4 MiB too: the first was sized up for a); c, after a is freed, fits the 1 MiB left
-        // beside b. 8 MiB of regions and their tables (1/32), from b on, beside 5 resident bytes and the input.
+        // input -> a (3 MiB) -> b (3 MiB) -> c (1 MiB). a takes a whole 4-MiB region (less than twice a, it is
+        // not split); b, alive with a, a second one (the next region is 4 MiB too: the first was sized up for
+        // a); c, after a is freed, fits a's region. 8 MiB of regions and their tables (1/32), from b on, beside 5
+        // resident bytes and the input.
         const MIB: u64 = 1 << 20;
         let sources = vec![vec![Source::Input], vec![Source::Layer(0)], vec![Source::Layer(1)]];
         let steps = [run(3 * MIB, 0), run(3 * MIB, 0), run(MIB, 0)];

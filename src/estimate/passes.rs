@@ -569,7 +569,7 @@ pub(super) fn memory(
             // In the engine's order: a convolution computing a residual add reads the add's other input, so it
             // runs when the add would (ONNX Runtime runs a projection block's main branch, then the
             // projection with the add).
-            let order = engine_order(plan);
+            let order = engine_order(plan, sources);
             let mut position = vec![0; order.len()];
             for (p, &i) in order.iter().enumerate() {
                 position[i] = p;
@@ -591,6 +591,10 @@ pub(super) fn memory(
                 }
             }
             let sources: Vec<Vec<Source>> = order.iter().map(|&i| sources[i].iter().map(at).collect()).collect();
+            debug_assert!(
+                sources.iter().enumerate().all(|(p, s)| s.iter().all(|s| !matches!(s, Source::Layer(l) if *l >= p))),
+                "the engine's order runs a layer before one it reads"
+            );
             let steps: Vec<Step> = order.iter().map(|&i| steps[i]).collect();
             let arena_bytes: Vec<(u64, u64)> = order.iter().map(|&i| arena_bytes[i]).collect();
             let ordered =
@@ -607,19 +611,26 @@ pub(super) fn memory(
 }
 
 /// The layers in the order the engine runs them: the network's, but a layer whose kernel computes a residual add
-/// runs just before that add (after the add's other input), with what it computes between them.
-fn engine_order(plan: &Plan) -> Vec<usize> {
+/// runs just before that add (after the add's other input), and with it every layer between them that it
+/// computes or that reads one moved (a batch norm folded into it, a dropout on the way to the add), so that a
+/// layer still comes after the layers it reads.
+fn engine_order(plan: &Plan, sources: &[Vec<Source>]) -> Vec<usize> {
     let n = plan.roles().len();
     let mut deferred: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut moved = vec![false; n];
     for i in 0..n {
-        if let Some(add) = plan.kernel(i).and_then(|k| k.fused_add).filter(|&a| a > i && a < n) {
-            for j in i..add {
-                if j == i || plan.owner(j) == Some(i) {
-                    deferred[add].push(j);
-                    moved[j] = true;
+        if let Some(add) = plan.kernel(i).and_then(|k| k.fused_add).filter(|&a| a > i && a < n && !moved[i]) {
+            let mut group = vec![i];
+            for j in i + 1..add {
+                let reads_moved = sources[j].iter().any(|s| matches!(s, Source::Layer(l) if group.contains(l)));
+                if !moved[j] && (plan.owner(j) == Some(i) || reads_moved) {
+                    group.push(j);
                 }
             }
+            for &j in &group {
+                moved[j] = true;
+            }
+            deferred[add].extend(group);
         }
     }
     let mut order = Vec::with_capacity(n);
@@ -682,6 +693,31 @@ mod tests {
     use super::*;
     use crate::engine::rules::OnnxRuntime;
     use crate::engine::GraphOptimization;
+
+    /// A convolution computing an add runs after the add's other branch, with its batch norm and the dropout
+    /// after it, so that every layer still comes after what it reads (as ONNX Runtime runs an EfficientNet block).
+    #[test]
+    fn the_engine_order_moves_an_add_s_convolution_and_what_reads_it_after_the_other_branch() {
+        let net = Network::from_json_str(
+            r#"{"name": "block", "input_shape": [16, 8, 8], "layers": [
+              {"name": "project", "type": "conv2d", "filters": 16, "kernel": [1, 1]},
+              {"name": "bn", "type": "batch_norm"},
+              {"name": "drop", "type": "dropout", "rate": 0.2},
+              {"name": "other", "type": "conv2d", "filters": 16, "kernel": [3, 3], "padding": "same", "activation": "relu",
+               "inputs": ["input"]},
+              {"name": "add", "type": "add", "inputs": ["drop", "other"]}]}"#,
+            "block.json",
+        )
+        .unwrap();
+        let analysis = net.analyze().unwrap();
+        let rules = OnnxRuntime { level: GraphOptimization::All, nchwc_block: 16 };
+        let plan = rules.plan(&net, &analysis);
+        assert_eq!(plan.kernel(0).and_then(|k| k.fused_add), Some(4), "{:?}", plan.roles());
+        assert_eq!(engine_order(&plan, &analysis.sources), [3, 0, 1, 2, 4]);
+        // Without the add inside a convolution, the network's order.
+        let tract_like = OnnxRuntime { level: GraphOptimization::Extended, nchwc_block: 16 };
+        assert_eq!(engine_order(&tract_like.plan(&net, &analysis), &analysis.sources), [0, 1, 2, 3, 4]);
+    }
 
     /// The calibration's share applies to the credit as capped (at most half the layer's time), as it was fitted.
     #[test]

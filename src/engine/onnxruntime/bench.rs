@@ -131,13 +131,24 @@ const PRODUCTS: [&str; 7] = ["Conv", "FusedConv", "NhwcConv", "Gemm", "FusedGemm
 /// the tensor it writes: a convolution with its batch norm folded in is named after the batch norm, one that
 /// took a residual add after the add. So resolve `named` back through what the optimiser folds into a product:
 /// an activation or dropout to what it follows, a batch norm to the linear convolution before it (else the batch
-/// norm itself, which runs as a 1x1 convolution), an add to the first of its inputs that leads to a product (the
-/// one ONNX Runtime tries first, see [`crate::engine::rules::OnnxRuntime`]); `named` itself when that leads to no
-/// product.
-fn product_owner(network: &Network, sources: &[Vec<crate::network::Source>], named: usize) -> usize {
+/// norm itself, which runs as a 1x1 convolution), an add to the convolution the rules fuse it into
+/// (`fused_adds`, [`crate::engine::rules::OnnxRuntime`]: its first input's when that one can take it), else to
+/// the later of the products feeding it; `named` itself when that leads to no product.
+fn product_owner(
+    network: &Network,
+    sources: &[Vec<crate::network::Source>],
+    fused_adds: &[Option<usize>],
+    named: usize,
+) -> usize {
     use crate::layer::{Activation, Op};
     use crate::network::Source;
-    fn resolve(network: &Network, sources: &[Vec<Source>], layer: usize, depth: usize) -> Option<usize> {
+    fn resolve(
+        network: &Network,
+        sources: &[Vec<Source>],
+        fused_adds: &[Option<usize>],
+        layer: usize,
+        depth: usize,
+    ) -> Option<usize> {
         if depth > network.layers.len() {
             return None;
         }
@@ -153,15 +164,22 @@ fn product_owner(network: &Network, sources: &[Vec<crate::network::Source>], nam
                 Some((p, Op::DepthwiseConv2d(c))) if c.activation == Activation::Linear => Some(p),
                 _ => Some(layer),
             },
-            Op::Activation(_) | Op::Dropout { .. } => first.and_then(|p| resolve(network, sources, p, depth + 1)),
-            Op::Add => inputs.iter().find_map(|s| match s {
-                Source::Layer(l) => resolve(network, sources, *l, depth + 1),
-                Source::Input => None,
+            Op::Activation(_) | Op::Dropout { .. } => {
+                first.and_then(|p| resolve(network, sources, fused_adds, p, depth + 1))
+            }
+            Op::Add => fused_adds.get(layer).copied().flatten().or_else(|| {
+                inputs
+                    .iter()
+                    .filter_map(|s| match s {
+                        Source::Layer(l) => resolve(network, sources, fused_adds, *l, depth + 1),
+                        Source::Input => None,
+                    })
+                    .max()
             }),
             _ => None,
         }
     }
-    resolve(network, sources, named, 0).unwrap_or(named)
+    resolve(network, sources, fused_adds, named, 0).unwrap_or(named)
 }
 
 /// The layer index of every node of ONNX Runtime's optimised graph (see the module docs).
@@ -177,7 +195,19 @@ pub(crate) fn attribute(
             .and_then(|l| index.get(l.as_str()).copied())
     };
     let Some(graph) = graph.graph.as_ref() else { return HashMap::new() };
-    let sources = network.analyze().map(|a| a.sources).unwrap_or_default();
+    let analysis = network.analyze().ok();
+    let sources = analysis.as_ref().map(|a| a.sources.clone()).unwrap_or_default();
+    // The convolution each add is fused into at `all` (at lower levels no product is named after an add).
+    let fused_adds: Vec<Option<usize>> = analysis
+        .as_ref()
+        .map(|a| {
+            use crate::engine::rules::EngineRules;
+            let rules =
+                crate::engine::rules::OnnxRuntime { level: crate::engine::GraphOptimization::All, nchwc_block: 0 };
+            let consumers = crate::engine::rules::consumers(&a.sources, network.layers.len());
+            rules.residual_adds(network, a, &consumers).into_iter().map(|f| f.map(|(conv, _)| conv)).collect()
+        })
+        .unwrap_or_default();
     let mut own: Vec<Option<usize>> = graph
         .node
         .iter()
@@ -187,7 +217,7 @@ pub(crate) fn attribute(
             }
             let named = layer_of(&n.name).or_else(|| n.output.iter().find_map(|o| layer_of(o)));
             if PRODUCTS.contains(&n.op_type.as_str()) {
-                named.map(|l| product_owner(network, &sources, l))
+                named.map(|l| product_owner(network, &sources, &fused_adds, l))
             } else {
                 named
             }
@@ -379,6 +409,33 @@ impl NetworkBench for OrtNetworkBench<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_product_named_after_an_add_is_the_convolution_the_add_is_fused_into() {
+        use crate::engine::rules::{consumers, EngineRules, OnnxRuntime};
+        // A MobileNetV2 block: the add's first input is the block's input, the previous projection, which the
+        // expansion reads too, so ONNX Runtime fuses the add into the second input's projection.
+        let net = Network::from_json_str(
+            r#"{"name": "block", "input_shape": [16, 8, 8], "layers": [
+              {"name": "p1", "type": "conv2d", "filters": 16, "kernel": [1, 1]},
+              {"name": "e", "type": "conv2d", "filters": 32, "kernel": [1, 1], "activation": "relu"},
+              {"name": "p2", "type": "conv2d", "filters": 16, "kernel": [1, 1]},
+              {"name": "add", "type": "add", "inputs": ["p1", "p2"]}]}"#,
+            "block.json",
+        )
+        .unwrap();
+        let analysis = net.analyze().unwrap();
+        let rules = OnnxRuntime { level: crate::engine::GraphOptimization::All, nchwc_block: 16 };
+        let fused: Vec<Option<usize>> = rules
+            .residual_adds(&net, &analysis, &consumers(&analysis.sources, 4))
+            .into_iter()
+            .map(|f| f.map(|(conv, _)| conv))
+            .collect();
+        assert_eq!(fused[3], Some(2));
+        assert_eq!(product_owner(&net, &analysis.sources, &fused, 3), 2);
+        // Named after a convolution: that convolution.
+        assert_eq!(product_owner(&net, &analysis.sources, &fused, 0), 0);
+    }
 
     #[test]
     fn names_are_owned_by_their_longest_exported_prefix() {

@@ -215,8 +215,10 @@ impl EngineRules for OnnxRuntime {
 
     /// A blocked tensor has its channels padded to whole blocks. A swish is a `Sigmoid` and a `Mul`: the sigmoid
     /// writes a tensor of its own while its input lives on for the multiply (which then overwrites one of
-    /// them). A convolution in the plain layout other than a 1x1 one of stride 1 unpadded unfolds each group's
-    /// input (`im2col`) into scratch: input channels per group x window x output pixels.
+    /// them). A convolution in the plain layout other than a 1x1 one of stride 1 unpadded unfolds its input
+    /// (`im2col`, MLAS's `MlasConvPrepare`): each group's whole unfolding (input channels per group x window x
+    /// output pixels) when it has several groups or images or more filters than output pixels, else slices of
+    /// at most [`IM2COL_SLICE_BYTES`].
     fn arena_bytes(&self, net: &Network, analysis: &Analysis, plan: &Plan) -> Vec<(u64, u64)> {
         use crate::estimate::memory::BYTES_PER_ELEMENT;
         let converted = self.converted(net, analysis, plan);
@@ -247,8 +249,10 @@ impl EngineRules for OnnxRuntime {
                     if !self.conv_blocked(net, analysis, i) && !plain_1x1 {
                         let in_c = analysis.input_shapes(i).first().and_then(|s| s.first()).copied().unwrap_or(0);
                         let pixels: usize = shape.iter().skip(1).product();
-                        let per_group = (in_c / c.groups.max(1)) * c.kernel[0] * c.kernel[1] * pixels;
-                        scratch += per_group as u64 * BYTES_PER_ELEMENT;
+                        let per_group = ((in_c / c.groups.max(1)) * c.kernel[0] * c.kernel[1] * pixels) as u64;
+                        let whole = c.groups > 1 || net.batch_size > 1 || c.filters > pixels;
+                        let bytes = per_group * BYTES_PER_ELEMENT;
+                        scratch += if whole { bytes } else { bytes.min(IM2COL_SLICE_BYTES) };
                     }
                 }
                 (output, scratch)
@@ -420,6 +424,9 @@ impl EngineRules for OnnxRuntime {
 }
 
 /// A layer only transformers have: the transformer rules look no further in a network without one.
+/// The most MLAS unfolds of a plain convolution's input at a time when it need not unfold it whole.
+const IM2COL_SLICE_BYTES: u64 = 64 << 10;
+
 fn transformer_op(op: &Op) -> bool {
     matches!(op, Op::MatMul { .. } | Op::LayerNorm { .. })
 }

@@ -780,11 +780,11 @@ fn fit_residual_adds(networks: &[CalibrationPoint]) -> f64 {
 /// least [`MIN_DENSE_LAYERS`] layers from the term, as the term needs that many to be fitted at all: one layer
 /// is not evidence of a cache regime. Without a known cache size there is no gate.
 ///
-/// Why the touched size: on one machine (`zen4-ort`) every ImageNet CNN's 4-8 MiB classifier head took
+/// Why the touched size: on one machine with ONNX Runtime every ImageNet CNN's 4-8 MiB classifier head took
 /// 3.4-5.1x its time alone, the MLPs' 1-6 MiB layers 1.1-2.6x. The zoo's CNNs with dense heads all have more
 /// weights than its MLPs, so both bases separate them alike; torchvision's MobileNetV3-small, with 10 MiB of
-/// weights, fewer than some MLPs, brings 29 MiB through the caches per inference with its activations (the
-/// MLPs at most 9), and its 2-4 MiB head took 4-5x its time alone.
+/// weights, fewer than some MLPs, brings 15 MiB through the caches per inference with the outputs of its
+/// running layers (the MLPs at most 9), and its 2-4 MiB head took 4-5x its time alone.
 fn fit_dense_gate(networks: &[CalibrationPoint], cache_mib: Option<f64>) -> Correction {
     let with_dense: Vec<&CalibrationPoint> = networks.iter().filter(|p| !p.dense_layers.is_empty()).collect();
     // The first basis wins a tie: what evicts a dense layer's weights is everything the network brings through.
