@@ -22,6 +22,16 @@ fn constant(value: f64) -> Predictor {
 
 /// Write a model store for `device` with the given predictors, through the model store's own writer.
 fn write_store(models_dir: &Path, device: &str, predictors: Vec<(LayerType, Metric, Predictor)>) {
+    write_store_of(models_dir, device, None, predictors)
+}
+
+/// The same, for models that recorded the engine that measured them (`onnxruntime 1.32.0 (optimisation all)`).
+fn write_store_of(
+    models_dir: &Path,
+    device: &str,
+    engine: Option<&str>,
+    predictors: Vec<(LayerType, Metric, Predictor)>,
+) {
     let mut manifest = Manifest {
         format_version: perfmodel::train::store::FORMAT_VERSION,
         perfmodel_version: perfmodel::VERSION.to_string(),
@@ -30,7 +40,7 @@ fn write_store(models_dir: &Path, device: &str, predictors: Vec<(LayerType, Metr
         data_hash: String::new(),
         models: Vec::new(),
         speed_probe: None,
-        engine: None,
+        engine: engine.map(str::to_string),
         reorder_ms_per_mib: None,
         nchwc_block: None,
     };
@@ -1447,4 +1457,37 @@ fn on_a_machine_without_a_device_zero_shot_combines_every_shipped_device_of_the_
     let alone = json_of(&perfmodel(dir.path(), &[&args[..], &["--device", "a_near", "--zero-shot"]].concat()));
     assert!(alone.get("zero_shot_others").is_none(), "{alone}");
     assert!(alone["notes"].to_string().contains("'a_near''s latency models scaled"), "{alone}");
+}
+
+#[test]
+fn a_layer_run_inside_another_without_a_model_of_its_own_is_uncovered_not_free() {
+    // ONNX Runtime computes a residual add read only by a layer norm inside it (`SkipLayerNormalization`): the
+    // add's time is the layer norm's, from the add's own model. Without one, the estimate lists the add as
+    // uncovered instead of counting it as free.
+    let net = r#"{"name": "skip", "input_shape": [8, 16], "layers": [
+      {"name": "p", "type": "matmul", "units": 16, "use_bias": true},
+      {"name": "r", "type": "add", "inputs": ["input", "p"]},
+      {"name": "ln", "type": "layer_norm", "axis": -1}]}"#;
+    let dir = setup(net);
+    let models = dir.path().join("models");
+    let engine = Some("onnxruntime 1.32.0 (optimisation all)");
+    let without_add = vec![
+        (LayerType::MatMul, Metric::Latency, constant(0.5)),
+        (LayerType::LayerNorm, Metric::Latency, constant(0.25)),
+    ];
+    write_store_of(&models, "dev", engine, without_add.clone());
+    let mut args = vec!["estimate", "net.json", "--device", "dev", "--format", "json"];
+    args.extend(DIRS);
+    let v = json_of(&perfmodel(dir.path(), &args));
+    let layers = v["layers"].as_array().unwrap();
+    assert_eq!(layers[1]["predictor"], "fused:ln", "{v}");
+    let uncovered: Vec<&str> = v["uncovered"].as_array().unwrap().iter().map(|u| u["name"].as_str().unwrap()).collect();
+    assert_eq!(uncovered, ["r"], "{v}");
+    // With a model of its own, it is timed inside the layer norm.
+    let mut with_add = without_add;
+    with_add.push((LayerType::Add, Metric::Latency, constant(0.125)));
+    write_store_of(&models, "dev", engine, with_add);
+    let v = json_of(&perfmodel(dir.path(), &args));
+    assert!(v["uncovered"].as_array().unwrap().is_empty(), "{v}");
+    assert!(close(v["total"]["latency_ms"].as_f64().unwrap(), 0.875), "{v}");
 }

@@ -178,7 +178,16 @@ pub(super) fn predict(
                 let (config, cost) = (analysis.config(i), &analysis.costs[i]);
                 let prediction =
                     estimator.predict(config, &analysis.output_shapes[i], cost).map_err(|e| layer_error(net, i, e))?;
-                operand_ms[owner] += prediction.map_or(0.0, |p| p.latency_ms);
+                match prediction {
+                    Some(p) => operand_ms[owner] += p.latency_ms,
+                    // Its work is its reader's, but no model knows how long it takes: the estimate says so.
+                    None => uncovered.push(Uncovered {
+                        name: layer.name.clone(),
+                        layer_type: layer.op.layer_type(),
+                        flops: cost.flops,
+                        flops_share: if total_flops > 0 { cost.flops as f64 / total_flops as f64 } else { 0.0 },
+                    }),
+                }
                 answers.push(Answer::without_work(AnsweredBy::Fused { into: net.layers[owner].name.clone() }));
                 continue;
             }
