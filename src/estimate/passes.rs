@@ -168,6 +168,16 @@ pub(super) fn predict(
     // The time of the operands a product packs from a strided tensor (a transpose it reads): the packing does
     // the transpose's work, so its product takes that time on (the transpose comes first in the network).
     let mut operand_ms = vec![0.0f64; net.layers.len()];
+    // A layer whose time no model knows, with its share of the network's work.
+    let uncovered_layer = |i: usize| {
+        let flops = analysis.costs[i].flops;
+        Uncovered {
+            name: net.layers[i].name.clone(),
+            layer_type: net.layers[i].op.layer_type(),
+            flops,
+            flops_share: if total_flops > 0 { flops as f64 / total_flops as f64 } else { 0.0 },
+        }
+    };
     for (i, layer) in net.layers.iter().enumerate() {
         let kernel = match plan.role(i) {
             Role::Free => {
@@ -181,12 +191,7 @@ pub(super) fn predict(
                 match prediction {
                     Some(p) => operand_ms[owner] += p.latency_ms,
                     // Its work is its reader's, but no model knows how long it takes: the estimate says so.
-                    None => uncovered.push(Uncovered {
-                        name: layer.name.clone(),
-                        layer_type: layer.op.layer_type(),
-                        flops: cost.flops,
-                        flops_share: if total_flops > 0 { cost.flops as f64 / total_flops as f64 } else { 0.0 },
-                    }),
+                    None => uncovered.push(uncovered_layer(i)),
                 }
                 answers.push(Answer::without_work(AnsweredBy::Fused { into: net.layers[owner].name.clone() }));
                 continue;
@@ -254,12 +259,7 @@ pub(super) fn predict(
                         no_model(AnsweredBy::Analytic, Some(1e3 * io_bytes as f64 / (gbs * 1e9)))
                     }
                     _ => {
-                        uncovered.push(Uncovered {
-                            name: layer.name.clone(),
-                            layer_type,
-                            flops: cost.flops,
-                            flops_share: if total_flops > 0 { cost.flops as f64 / total_flops as f64 } else { 0.0 },
-                        });
+                        uncovered.push(uncovered_layer(i));
                         no_model(AnsweredBy::Uncovered, None)
                     }
                 }
@@ -575,48 +575,61 @@ pub(super) fn memory(
     let in_use_bytes = match rules.arena() {
         Some(arena) => {
             let arena_bytes = rules.arena_bytes(net, analysis, plan);
-            // In the engine's order: a convolution computing a residual add reads the add's other input, so it
-            // runs when the add would (ONNX Runtime runs a projection block's main branch, then the
-            // projection with the add).
-            let order = engine_order(plan, sources);
-            let mut position = vec![0; order.len()];
-            for (p, &i) in order.iter().enumerate() {
-                position[i] = p;
-            }
-            let at = |s: &Source| match *s {
-                Source::Layer(j) => Source::Layer(position[j]),
-                Source::Input => Source::Input,
-            };
-            // A convolution computing an add reads the add's other input first and writes its sum there when
-            // that is its last reader; the add itself reads only the convolution's side.
-            let mut sources = sources.clone();
-            let mut steps = steps.clone();
-            for (conv, kernel) in (0..n).filter_map(|i| Some((i, plan.kernel(i)?))) {
-                let Some(add) = kernel.fused_add else { continue };
-                if let [own, other] = sources[add][..] {
-                    sources[conv].insert(0, other);
-                    sources[add] = vec![own];
-                    steps[conv].adds_into_first = true;
-                }
-            }
-            let sources: Vec<Vec<Source>> = order.iter().map(|&i| sources[i].iter().map(at).collect()).collect();
-            debug_assert!(
-                sources.iter().enumerate().all(|(p, s)| s.iter().all(|s| !matches!(s, Source::Layer(l) if *l >= p))),
-                "the engine's order runs a layer before one it reads"
-            );
-            let steps: Vec<Step> = order.iter().map(|&i| steps[i]).collect();
-            let arena_bytes: Vec<(u64, u64)> = order.iter().map(|&i| arena_bytes[i]).collect();
-            let ordered =
-                memory::arena_in_use_bytes(&sources, &steps, input_bytes, resident_bytes, &arena_bytes, arena);
-            let mut in_use = vec![None; order.len()];
-            for (p, &i) in order.iter().enumerate() {
-                in_use[i] = ordered[p];
-            }
-            in_use
+            arena_in_use(plan, sources, &steps, input_bytes, resident_bytes, &arena_bytes, arena)
         }
         None => memory::in_use_bytes(sources, &steps, input_bytes, resident_bytes),
     };
     MemoryPass { layer_mib, in_use_bytes, steps, resident_bytes, input_bytes, missing }
+}
+
+/// [`memory::arena_in_use_bytes`] in the engine's order ([`engine_order`]), with each convolution that computes a
+/// residual add reading the add's other input first; per layer in the network's order.
+fn arena_in_use(
+    plan: &Plan,
+    sources: &[Vec<Source>],
+    steps: &[Step],
+    input_bytes: u64,
+    resident_bytes: u64,
+    arena_bytes: &[(u64, u64)],
+    arena: crate::estimate::arena::ArenaConfig,
+) -> Vec<Option<u64>> {
+    // In the engine's order: a convolution computing a residual add reads the add's other input, so it
+    // runs when the add would (ONNX Runtime runs a projection block's main branch, then the
+    // projection with the add).
+    let order = engine_order(plan, sources);
+    let mut position = vec![0; order.len()];
+    for (p, &i) in order.iter().enumerate() {
+        position[i] = p;
+    }
+    let at = |s: &Source| match *s {
+        Source::Layer(j) => Source::Layer(position[j]),
+        Source::Input => Source::Input,
+    };
+    // A convolution computing an add reads the add's other input first and writes its sum there when
+    // that is its last reader; the add itself reads only the convolution's side.
+    let mut sources = sources.to_vec();
+    let mut steps = steps.to_vec();
+    for (conv, kernel) in (0..order.len()).filter_map(|i| Some((i, plan.kernel(i)?))) {
+        let Some(add) = kernel.fused_add else { continue };
+        if let [own, other] = sources[add][..] {
+            sources[conv].insert(0, other);
+            sources[add] = vec![own];
+            steps[conv].adds_into_first = true;
+        }
+    }
+    let sources: Vec<Vec<Source>> = order.iter().map(|&i| sources[i].iter().map(at).collect()).collect();
+    debug_assert!(
+        sources.iter().enumerate().all(|(p, s)| s.iter().all(|s| !matches!(s, Source::Layer(l) if *l >= p))),
+        "the engine's order runs a layer before one it reads"
+    );
+    let steps: Vec<Step> = order.iter().map(|&i| steps[i]).collect();
+    let arena_bytes: Vec<(u64, u64)> = order.iter().map(|&i| arena_bytes[i]).collect();
+    let ordered = memory::arena_in_use_bytes(&sources, &steps, input_bytes, resident_bytes, &arena_bytes, arena);
+    let mut in_use = vec![None; order.len()];
+    for (p, &i) in order.iter().enumerate() {
+        in_use[i] = ordered[p];
+    }
+    in_use
 }
 
 /// The layers in the order the engine runs them: the network's, but a layer whose kernel computes a residual add

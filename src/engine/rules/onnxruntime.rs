@@ -235,14 +235,7 @@ impl EngineRules for OnnxRuntime {
                         output = output / c as u64 * c.next_multiple_of(block) as u64;
                     }
                 }
-                let activation = match &net.layers[i].op {
-                    Op::Activation(a) => Some(*a),
-                    Op::Conv2d(c) => Some(c.activation),
-                    Op::DepthwiseConv2d(d) => Some(d.activation),
-                    Op::Dense(d) => Some(d.activation),
-                    _ => None,
-                };
-                let mut scratch = if activation == Some(Activation::Swish) { output } else { 0 };
+                let mut scratch = if net.layers[i].op.activation() == Some(Activation::Swish) { output } else { 0 };
                 if let Op::Conv2d(c) = &net.layers[i].op {
                     let unpadded = !matches!(c.padding, crate::layer::Padding::Explicit(p) if p != [0; 4]);
                     let plain_1x1 = c.kernel == [1, 1] && c.strides == [1, 1] && unpadded;

@@ -239,7 +239,7 @@ fn calibration_point(
     // Layers by name: a fused add is named by the layer whose product computes it.
     let index: HashMap<&str, usize> = net.layers.iter().enumerate().map(|(i, l)| (l.name.as_str(), i)).collect();
     // Convolutions that compute a residual add: their node's time and the add's (0 when tract fused it).
-    let residual_adds = residual_add_points(net, &index, estimate, measured, &costs, to_nominal);
+    let residual_adds = residual_add_points(net, &index, estimate, measured, costs, to_nominal);
     // Products with a constant weight: their node's time and a fused add's (whose node tract names after the add).
     let matmul_layers = estimate
         .layers
