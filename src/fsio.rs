@@ -3,8 +3,19 @@
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
+/// How the temporary files of [`write_atomic`] are named (`.perfmodel-XXXXXX.tmp`), so that a directory's owner
+/// can recognise and remove those a killed process left behind.
+const TEMP_PREFIX: &str = ".perfmodel-";
+const TEMP_SUFFIX: &str = ".tmp";
+
+/// Whether `name` (a file name, no directory) is a temporary file of [`write_atomic`].
+pub fn is_temp_file_name(name: &str) -> bool {
+    name.starts_with(TEMP_PREFIX) && name.ends_with(TEMP_SUFFIX)
+}
+
 /// Write `bytes` to `path` atomically: a temporary file in the same directory, fsync, then rename, so a crash
-/// never leaves a half-written file where a good one was expected.
+/// never leaves a half-written file where a good one was expected (only, at worst, a temporary file that
+/// [`is_temp_file_name`] recognises).
 pub fn write_atomic(path: impl AsRef<Path>, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
     let path = path.as_ref();
@@ -14,6 +25,7 @@ pub fn write_atomic(path: impl AsRef<Path>, bytes: &[u8]) -> Result<()> {
     };
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
     let mut builder = tempfile::Builder::new();
+    builder.prefix(TEMP_PREFIX).suffix(TEMP_SUFFIX);
     // Ordinary file permissions (0666 less the umask), not tempfile's private 0600.
     #[cfg(unix)]
     builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));

@@ -290,14 +290,16 @@ fn write_model_files(models_dir: &Path, manifest: &mut Manifest, models: &[Model
 }
 
 /// After a save, remove the model files of layer types' directories that the new manifest does not name (the
-/// previous save's, or those of a save that was killed before its manifest). Best effort: a file left behind is
-/// only disk space.
+/// previous save's, or those of a save that was killed before its manifest), and the temporary files of a save
+/// killed while writing one (only `train` writes there, under its lock). Best effort: a file left behind is only
+/// disk space.
 fn remove_unreferenced_model_files(dir: &Path, manifest: &Manifest) {
     let referenced: std::collections::HashSet<PathBuf> = manifest.models.iter().map(|e| dir.join(&e.file)).collect();
     for layer_type in LayerType::ALL {
         let Ok(files) = std::fs::read_dir(dir.join(layer_type.as_str())) else { continue };
         for file in files.flatten().map(|f| f.path()) {
-            if file.extension().is_some_and(|e| e == "bin") && !referenced.contains(&file) {
+            let temp = file.file_name().and_then(|n| n.to_str()).is_some_and(crate::fsio::is_temp_file_name);
+            if temp || (file.extension().is_some_and(|e| e == "bin") && !referenced.contains(&file)) {
                 let _ = std::fs::remove_file(&file);
             }
         }
@@ -611,7 +613,8 @@ mod tests {
     }
 
     /// A save killed after it wrote new model files but before its manifest (the commit point) leaves the
-    /// previous models in use, intact; the next save removes the orphans and the replaced files.
+    /// previous models in use, intact; the next save removes the orphans, the replaced files and the temporary
+    /// file of a write cut off.
     #[test]
     fn a_save_killed_before_its_manifest_leaves_the_previous_models() {
         let (dir, saved) = saved_store();
@@ -637,6 +640,9 @@ mod tests {
             })
             .collect();
         write_model_files(dir.path(), &mut manifest, &files).unwrap();
+        // ...and one more cut off while writing a model file leaves its temporary file.
+        let temp = dir.path().join("dev/dense/.perfmodel-Ab12Cd.tmp");
+        std::fs::write(&temp, b"half a model").unwrap();
         let reopened = open();
         assert_eq!(answer(&reopened), before, "the previous models answer");
         assert!(old_file.is_file());
@@ -644,6 +650,7 @@ mod tests {
         ModelStore::save(dir.path(), &mut manifest, &files).unwrap();
         assert_ne!(answer(&open()), before);
         assert!(!old_file.exists(), "the replaced file is removed");
+        assert!(!temp.exists(), "the killed save's temporary file is removed");
         let on_disk: usize = ["dense", "conv2d"]
             .iter()
             .map(|t| std::fs::read_dir(dir.path().join("dev").join(t)).unwrap().count())
