@@ -138,6 +138,18 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
         }
     }
     options.host_engine = match profile {
+        // ONNX Runtime's layout follows from a layer's shape and the block of the machine the profile records.
+        Ok(p) if p.executor == "onnxruntime" => {
+            let all = p.graph_optimization.unwrap_or_default() == GraphOptimization::All;
+            let block =
+                options.nchwc_block.unwrap_or_else(|| perfmodel::engine::rules::OnnxRuntime::nchwc_block_of(host));
+            let nchwc_block = if all { block } else { 0 };
+            eprintln!(
+                "conv2d latency is also tried with ONNX Runtime's layout (NCHWc block {nchwc_block}) and group \
+                 sizes as features"
+            );
+            HostEngine::OnnxRuntime { nchwc_block }
+        }
         Ok(p) if p.check_host(host).is_err() => {
             eprintln!(
                 "device '{}' was measured on another machine: its models are trained without this machine's \

@@ -540,6 +540,18 @@ pub enum PackedShape {
         constant_weight: u16,
         use_bias: u16,
     },
+    /// A convolution as ONNX Runtime runs it on a machine with NCHWc blocks of `nchwc_block` channels (0: no
+    /// blocked layout), for [`crate::engine::rules::conv_engine_features`]. Its answers follow from the shape and
+    /// the recorded block alone, so they are the same on every machine. (Last: stores written before it decode.)
+    OnnxRuntimeConv2d {
+        in_channels: u16,
+        filters: u16,
+        groups: u16,
+        kernel: [u16; 2],
+        strides: [u16; 2],
+        pads: [u16; 4],
+        nchwc_block: u16,
+    },
 }
 
 impl PackedShape {
@@ -576,6 +588,30 @@ impl PackedShape {
         }
     }
 
+    /// For conv2d as ONNX Runtime runs it with NCHWc blocks of `nchwc_block` channels (0: none); `None` for
+    /// other types.
+    pub fn for_onnxruntime(layer_type: LayerType, names: &[String], nchwc_block: usize) -> Option<PackedShape> {
+        let at = |name: &str| names.iter().position(|f| f == name).and_then(|i| u16::try_from(i).ok());
+        match layer_type {
+            LayerType::Conv2d => Some(PackedShape::OnnxRuntimeConv2d {
+                in_channels: at("in_channels")?,
+                filters: at("filters")?,
+                groups: at("groups")?,
+                kernel: [at("kernel_h")?, at("kernel_w")?],
+                strides: [at("stride_h")?, at("stride_w")?],
+                pads: [at("pad_top")?, at("pad_bottom")?, at("pad_left")?, at("pad_right")?],
+                nchwc_block: u16::try_from(nchwc_block).ok()?,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Whether the answers are tract's on the machine it runs on (so they hold only where the models were
+    /// trained), rather than a function of the shape and what the variant records.
+    pub fn asks_tract(&self) -> bool {
+        !matches!(self, PackedShape::OnnxRuntimeConv2d { .. })
+    }
+
     /// A product's sizes from a feature vector: (weight rows or `m`, `k`, `n`, a constant weight, a bias); the
     /// rows of every leading axis and batch item are the columns a constant weight is applied to.
     fn product(&self, x: &[f64]) -> Option<(usize, usize, usize, bool, bool)> {
@@ -596,7 +632,7 @@ impl PackedShape {
     fn conv(&self, x: &[f64]) -> Option<ConvShape> {
         let get = |i| count(x, i);
         match *self {
-            PackedShape::Dense { .. } | PackedShape::MatMul { .. } => None,
+            PackedShape::Dense { .. } | PackedShape::MatMul { .. } | PackedShape::OnnxRuntimeConv2d { .. } => None,
             PackedShape::Conv2d { batch, in_channels, in_width, filters, kernel, groups, out, use_bias } => {
                 Some(ConvShape {
                     batch: get(batch)?,
@@ -617,6 +653,7 @@ impl PackedShape {
         match self {
             PackedShape::Dense { .. } | PackedShape::MatMul { .. } => Some(0),
             PackedShape::Conv2d { .. } => self.conv(x).map(|c| c.workspace_bytes()),
+            PackedShape::OnnxRuntimeConv2d { .. } => None,
         }
     }
 
@@ -638,6 +675,22 @@ impl PackedShape {
                 features[..tile.len()].copy_from_slice(&tile);
                 Some(features)
             }
+            PackedShape::OnnxRuntimeConv2d { in_channels, filters, groups, kernel, strides, pads, nchwc_block } => {
+                let get = |i| count(x, i);
+                let padded = pads.iter().map(|&p| get(p)).collect::<Option<Vec<_>>>()?.iter().any(|&p| p > 0);
+                let ort = crate::engine::rules::conv_engine_features(
+                    usize::from(nchwc_block),
+                    get(in_channels)?,
+                    get(filters)?,
+                    get(groups)?,
+                    [get(kernel[0])?, get(kernel[1])?],
+                    [get(strides[0])?, get(strides[1])?],
+                    padded,
+                );
+                let mut features = [0.0; ENGINE_FEATURES_MAX];
+                features[..ort.len()].copy_from_slice(&ort);
+                Some(features)
+            }
         }
     }
 
@@ -646,6 +699,7 @@ impl PackedShape {
         match self {
             PackedShape::Dense { .. } | PackedShape::MatMul { .. } => &DENSE_ENGINE_FEATURES,
             PackedShape::Conv2d { .. } => &CONV_ENGINE_FEATURES,
+            PackedShape::OnnxRuntimeConv2d { .. } => &crate::engine::rules::ORT_CONV_ENGINE_FEATURES,
         }
     }
 
@@ -661,6 +715,7 @@ impl PackedShape {
                 (units, k, n, true, bias) => dense_bytes(k, units, n, bias),
                 _ => Some(0),
             },
+            PackedShape::OnnxRuntimeConv2d { .. } => None,
         }
     }
 }

@@ -12,7 +12,9 @@
 mod onnxruntime;
 mod tract;
 
-pub use onnxruntime::OnnxRuntime;
+pub use onnxruntime::{
+    conv_engine_features, conv_layout, ConvLayout, OnnxRuntime, CONV_ENGINE_FEATURES as ORT_CONV_ENGINE_FEATURES,
+};
 pub use tract::{kind_of, Tract};
 
 use crate::layer::{Activation, ElementwiseFn, LayerConfig, LayerCost, LayerType, Op};

@@ -778,9 +778,27 @@ impl EngineFeatures {
         })
     }
 
-    /// Whether the engine answers here as where the models were trained: same kernels, same cache sizes.
+    /// ONNX Runtime's decisions for a conv2d with NCHWc blocks of `nchwc_block` channels (0: none), the block the
+    /// models' machine uses ([`crate::engine::rules::conv_engine_features`]); `None` for other types.
+    pub fn onnxruntime(
+        layer_type: crate::LayerType,
+        feature_names: &[String],
+        nchwc_block: usize,
+    ) -> Option<EngineFeatures> {
+        let shape = crate::engine::packing::PackedShape::for_onnxruntime(layer_type, feature_names, nchwc_block)?;
+        Some(EngineFeatures {
+            isa: format!("onnxruntime NCHWc block {nchwc_block}"),
+            caches: String::new(),
+            names: shape.engine_feature_names().iter().map(|n| n.to_string()).collect(),
+            shape,
+        })
+    }
+
+    /// Whether the engine answers here as where the models were trained: same kernels, same cache sizes (always
+    /// for ONNX Runtime's, which follow from the shape and the recorded block alone).
     pub fn applies(&self) -> bool {
-        self.isa == crate::engine::packing::host_isa() && self.caches == crate::engine::packing::host_caches()
+        !self.shape.asks_tract()
+            || (self.isa == crate::engine::packing::host_isa() && self.caches == crate::engine::packing::host_caches())
     }
 
     /// What the models were trained on, as a note says it.

@@ -89,6 +89,10 @@ pub enum HostEngine {
     /// Layouts, and conv2d and dense latency candidates are also tried with the engine's features
     /// ([`EngineFeatures`]), which mirror tract's single-thread tile walk: for 1-thread profiles.
     LayoutsAndTiles,
+    /// The data was measured with ONNX Runtime, whose layout and kernel for a convolution follow from its shape
+    /// and the machine's NCHWc block (0: no blocked layout, as below the `all` level): conv2d latency candidates
+    /// are also tried with them as features ([`EngineFeatures::onnxruntime`]), wherever the data was measured.
+    OnnxRuntime { nchwc_block: usize },
 }
 
 /// The rows of one (layer type, metric): features recomputed from each stored config through
@@ -579,8 +583,9 @@ pub fn train_device(
 /// and outputs (see [`KnownPart`]), with the weights as tract packs them here on a host engine; latency and
 /// power have no such known part. Latency of the layers whose time follows their arithmetic (conv2d, depthwise,
 /// dense) is also tried per FLOP, and of the memory-bound sliding windows and element-wise layers (pooling,
-/// activation, batch norm) per input element; with [`HostEngine::LayoutsAndTiles`], conv2d, dense and matmul latency are also tried with the engine's
-/// features appended ([`EngineFeatures`]), alone and per FLOP. Cross-validation decides.
+/// activation, batch norm) per input element; with [`HostEngine::LayoutsAndTiles`], conv2d, dense and matmul
+/// latency are also tried with tract's features appended ([`EngineFeatures`]), alone and per FLOP, and with
+/// [`HostEngine::OnnxRuntime`] conv2d latency with ONNX Runtime's. Cross-validation decides.
 pub fn candidates_for(
     candidates: &[Candidate],
     layer_type: LayerType,
@@ -590,10 +595,10 @@ pub fn candidates_for(
     let names = layer_type.feature_names();
     let known = match metric {
         Metric::Memory => KnownPart::tensor_mib(&names).map(|k| {
-            if host_engine == HostEngine::Off {
-                k
-            } else {
+            if matches!(host_engine, HostEngine::Layouts | HostEngine::LayoutsAndTiles) {
                 k.with_engine_weights(layer_type, &names)
+            } else {
+                k
             }
         }),
         Metric::Latency | Metric::Power => None,
@@ -604,6 +609,7 @@ pub fn candidates_for(
     }
     let engine = match host_engine {
         HostEngine::LayoutsAndTiles => EngineFeatures::for_layer(layer_type, &names),
+        HostEngine::OnnxRuntime { nchwc_block } => EngineFeatures::onnxruntime(layer_type, &names, nchwc_block),
         HostEngine::Off | HostEngine::Layouts => None,
     };
     // What a layer's time is tried per: a FLOP for the products, an input element for the memory-bound sliding
