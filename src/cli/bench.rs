@@ -33,12 +33,22 @@ pub struct Args {
     /// peak_mib, after_mib): which node holds the network's peak memory
     #[arg(long, value_name = "FILE.csv")]
     memory_trace: Option<PathBuf>,
+    /// Also write the ONNX model the engine runs (the network as perfmodel exports it, random weights) to this
+    /// file: to run it with another tool, or with ONNX Runtime's own logging and profiling
+    #[arg(long, value_name = "FILE.onnx")]
+    export_onnx: Option<PathBuf>,
 }
 
 use super::TableOrJson as Format;
 
 pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
     let net = Network::load_with_batch(&args.net, args.batch.map(|b| b as usize))?;
+    if let Some(path) = &args.export_onnx {
+        use prost::Message;
+        let bytes = perfmodel::onnx::export_network(&net)?.model.encode_to_vec();
+        perfmodel::fsio::write_atomic(path, &bytes)
+            .with_context(|| format!("writing the ONNX model to {}", path.display()))?;
+    }
     let collectors = &dirs.collectors;
     let executor = match &args.device {
         Some(device) => perfmodel::engine::executor_for(&DeviceProfile::load(collectors, device)?)?,

@@ -261,6 +261,13 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         analysis.costs.iter().map(|c| (c.output_elems * crate::estimate::memory::BYTES_PER_ELEMENT, 0)).collect()
     }
 
+    /// What the engine's allocation planner matches a layer's output by when it hands it a buffer a dead tensor
+    /// left (ONNX Runtime's `FindReusableTensor`: the same shape and element type), per layer; `None` when the
+    /// engine plans no such reuse (every output then comes from the arena or the heap anew).
+    fn arena_reuse_shapes(&self, _net: &Network, _analysis: &Analysis, _plan: &Plan) -> Option<Vec<Vec<usize>>> {
+        None
+    }
+
     /// Convolutions lowered to a matrix product over an explicit packed copy of the input (`pack_a` of a 1×1
     /// convolution turned einsum, `Im2col` of a grouped one, in tract); other convolutions gather lazily.
     fn copies_input_when_packing(&self, op: &Op) -> bool {

@@ -244,6 +244,53 @@ impl EngineRules for OnnxRuntime {
         true
     }
 
+    /// ONNX Runtime's unary activations may write into their input when they are its last reader
+    /// (`MayInplace`: ReLU, sigmoid, tanh, leaky ReLU, hard sigmoid, ELU in its source; GELU as its arena grows
+    /// on a ViT and a BERT encoder); every other layer writes a new tensor.
+    fn computes_in_place(&self, op: &Op) -> bool {
+        matches!(
+            op,
+            Op::Activation(
+                Activation::Relu
+                    | Activation::Gelu
+                    | Activation::Sigmoid
+                    | Activation::Tanh
+                    | Activation::LeakyRelu
+                    | Activation::HardSigmoid
+                    | Activation::Elu
+            )
+        )
+    }
+
+    /// The shapes ONNX Runtime's tensors have: the batch first; a blocked tensor's channels padded to whole
+    /// blocks; a product with a constant weight and a bias over a sequence two-dimensional (`MatMulAddFusion`
+    /// runs it as a `Gemm` between two reshapes).
+    fn arena_reuse_shapes(&self, net: &Network, analysis: &Analysis, plan: &Plan) -> Option<Vec<Vec<usize>>> {
+        let converted = self.converted(net, analysis, plan);
+        let block = self.nchwc_block.max(1);
+        let shapes = (0..net.layers.len())
+            .map(|i| {
+                let shape = &analysis.output_shapes[i];
+                match &net.layers[i].op {
+                    Op::MatMul { units: Some(units), use_bias: true } if shape.len() >= 2 => {
+                        let rows: usize = shape[..shape.len() - 1].iter().product();
+                        vec![net.batch_size * rows, *units]
+                    }
+                    _ => {
+                        let mut dims = Vec::with_capacity(shape.len() + 1);
+                        dims.push(net.batch_size);
+                        dims.extend_from_slice(shape);
+                        if converted[i] && dims.len() > 1 {
+                            dims[1] = dims[1].next_multiple_of(block);
+                        }
+                        dims
+                    }
+                }
+            })
+            .collect();
+        Some(shapes)
+    }
+
     fn fuses_padding(&self) -> bool {
         self.at_least(GraphOptimization::Basic)
     }
