@@ -503,6 +503,7 @@ fn a_calibration_fitted_for_these_models_is_applied_and_a_stale_one_is_not() {
         predicted_peak_memory_mib: mib,
         dense_layers: vec![],
         residual_adds: vec![],
+        norm_adds: vec![],
         matmul_layers: vec![],
         layout_layers: vec![],
         weight_mib: 100.0,

@@ -141,6 +141,18 @@ fn print_table(c: &Calibration, path: &Path) {
             median(residual.iter().map(|r| error(r, k.residual_add_ms_per_mib * r.add_mib)).collect())
         );
     }
+    let norm: Vec<&ResidualAddPoint> = c.networks.iter().flat_map(|n| &n.norm_adds).collect();
+    if !c.memory_only && !norm.is_empty() {
+        let error = |r: &ResidualAddPoint, extra: f64| pct(r.predicted_ms + extra, r.measured_ms).abs();
+        println!(
+            "layer norms computing an add: {} measured; median |error| {:.1}% raw, {:.1}% with the norm-add term \
+             ({:+.4} ms per MiB of the add's output)",
+            norm.len(),
+            median(norm.iter().map(|r| error(r, 0.0)).collect()),
+            median(norm.iter().map(|r| error(r, k.norm_add_ms_per_mib * r.add_mib)).collect()),
+            k.norm_add_ms_per_mib
+        );
+    }
     let matmul: Vec<&DenseLayerPoint> = c.networks.iter().flat_map(|n| &n.matmul_layers).collect();
     if !c.memory_only && !matmul.is_empty() {
         let error = |m: &DenseLayerPoint, extra: f64| pct(m.predicted_ms + extra, m.measured_ms).abs();

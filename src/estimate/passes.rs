@@ -168,6 +168,8 @@ pub(super) fn predict(
     // The time of the operands a product packs from a strided tensor (a transpose it reads): the packing does
     // the transpose's work, so its product takes that time on (the transpose comes first in the network).
     let mut operand_ms = vec![0.0f64; net.layers.len()];
+    // The add a layer norm computes (ONNX Runtime's `SkipLayerNormalization`), per layer norm.
+    let norm_add = norm_adds(net, plan);
     // A layer whose time no model knows, with its share of the network's work.
     let uncovered_layer = |i: usize| {
         let flops = analysis.costs[i].flops;
@@ -220,7 +222,7 @@ pub(super) fn predict(
             Some(p) => {
                 let held = p.held(config, cost, rules);
                 let mut latency_ms = p.latency_ms + operand_ms[i];
-                let mut fused_add = None;
+                let mut fused_add = norm_add[i].map(|add| net.layers[add].name.clone());
                 if let Some(add) = kernel.fused_add {
                     // The add runs inside this layer's product: its work is part of this layer's time.
                     match add_latency_ms(estimator, net, analysis, add)? {
@@ -382,6 +384,7 @@ pub(super) fn latency(
     layout: Option<(&dyn EngineRules, f64)>,
 ) -> Vec<Option<f64>> {
     let network = crate::estimate::calibration::NetworkSize::of(&analysis.costs, plan);
+    let norm_add = norm_adds(net, plan);
     let mut own: Vec<Option<f64>> = answers.iter().map(|a| a.latency_ms).collect();
     if let Some((rules, ms_per_mib)) = layout {
         // The calibration's share of the credit (fitted on estimates with all of it).
@@ -394,17 +397,38 @@ pub(super) fn latency(
             let (Some(c), Some(t), Some(kernel)) = (correction, own_ms, plan.kernel(i)) else {
                 return own_ms;
             };
-            // The residual-add term is a convolution's (a product with a constant weight has its weights' term).
+            // The residual-add term is a convolution's (a product with a constant weight has its weights' term);
+            // a layer norm computing an add has a term of its own.
             let t = match kernel.fused_add {
                 Some(add) if matches!(net.layers[i].op, Op::Conv2d(_)) => {
                     t + c.residual_add_ms(analysis.costs[add].output_elems * BYTES_PER_ELEMENT)
                 }
                 _ => t,
             };
+            let t = match norm_add[i] {
+                Some(add) => t + c.norm_add_ms(analysis.costs[add].output_elems * BYTES_PER_ELEMENT),
+                None => t,
+            };
             let weight_bytes = analysis.costs[i].weight_elems * BYTES_PER_ELEMENT;
             Some(c.layer_latency_ms(net.layers[i].op.layer_type(), weight_bytes, network, t))
         })
         .collect()
+}
+
+/// Per layer, the add it computes when it is a layer norm that computes its input's add
+/// ([`Fusion::IntoReader`]: ONNX Runtime's `SkipLayerNormalization`).
+pub(super) fn norm_adds(net: &Network, plan: &Plan) -> Vec<Option<usize>> {
+    let mut add_of = vec![None; net.layers.len()];
+    for (j, role) in plan.roles().iter().enumerate() {
+        if let Role::Inside { owner, fusion: Fusion::IntoReader, .. } = *role {
+            if matches!(net.layers[j].op, Op::Add)
+                && matches!(net.layers.get(owner).map(|l| &l.op), Some(Op::LayerNorm { .. }))
+            {
+                add_of[owner] = Some(j);
+            }
+        }
+    }
+    add_of
 }
 
 /// Part of pass 2, before the calibration's terms (which were fitted on estimates with it): take off a running

@@ -77,6 +77,12 @@ pub fn table(e: &Estimate) -> String {
                 c.residual_add_ms_per_mib
             ));
         }
+        if c.norm_add_ms_per_mib != 0.0 {
+            latency.push(format!(
+                "layer norms that compute an add {:+.4} ms per MiB of its output",
+                c.norm_add_ms_per_mib
+            ));
+        }
         if c.matmul_extra_fraction != 0.0 {
             latency.push(format!("products with a constant weight {:+.1}%", 100.0 * c.matmul_extra_fraction));
         }

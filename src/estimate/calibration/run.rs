@@ -240,6 +240,7 @@ fn calibration_point(
     let index: HashMap<&str, usize> = net.layers.iter().enumerate().map(|(i, l)| (l.name.as_str(), i)).collect();
     // Convolutions that compute a residual add: their node's time and the add's (0 when tract fused it).
     let residual_adds = residual_add_points(net, &index, estimate, measured, costs, to_nominal);
+    let norm_adds = norm_add_points(net, &index, estimate, measured, costs, to_nominal);
     // Products with a constant weight: their node's time and a fused add's (whose node tract names after the add).
     let matmul_layers = estimate
         .layers
@@ -273,6 +274,7 @@ fn calibration_point(
     Ok(CalibrationPoint {
         dense_layers,
         residual_adds,
+        norm_adds,
         matmul_layers,
         layout_layers,
         weight_mib,
@@ -344,6 +346,42 @@ fn residual_add_points(
             add_mib: (costs[add].output_elems * BYTES_PER_ELEMENT) as f64 / MIB,
             predicted_ms,
             measured_ms: (conv_ms + add_ms) * to_nominal,
+        });
+    }
+    points
+}
+
+/// The norm-add points of one network: each layer norm the estimate credits with the add before it
+/// ([`crate::estimate::AnsweredBy::fused_add`]), predicted with the add, measured as its node and the add's.
+fn norm_add_points(
+    net: &Network,
+    index: &HashMap<&str, usize>,
+    estimate: &Estimate,
+    measured: &NetworkProfile,
+    costs: &[LayerCost],
+    to_nominal: f64,
+) -> Vec<ResidualAddPoint> {
+    let mut points = Vec::new();
+    for (norm, e) in estimate.layers.iter().enumerate() {
+        if e.layer_type != LayerType::LayerNorm {
+            continue;
+        }
+        let Some(add) = e.predictor.fused_add().and_then(|name| index.get(name).copied()) else {
+            continue;
+        };
+        let (Some(predicted_ms), Some(norm_ms), Some(add_ms)) = (
+            e.latency_ms,
+            measured.layers.get(norm).map(|l| l.latency_ms),
+            measured.layers.get(add).map(|l| l.latency_ms),
+        ) else {
+            continue;
+        };
+        points.push(ResidualAddPoint {
+            layer: e.name.clone(),
+            add: net.layers[add].name.clone(),
+            add_mib: (costs[add].output_elems * BYTES_PER_ELEMENT) as f64 / MIB,
+            predicted_ms,
+            measured_ms: (norm_ms + add_ms) * to_nominal,
         });
     }
     points
@@ -435,7 +473,11 @@ pub fn refit(
         }
         let point = refit_point(recorded, &estimate, layout_points(&estimator, net, &estimate)?, size);
         let layer_points = |p: &CalibrationPoint| {
-            p.dense_layers.len() + p.residual_adds.len() + p.matmul_layers.len() + p.layout_layers.len()
+            p.dense_layers.len()
+                + p.residual_adds.len()
+                + p.norm_adds.len()
+                + p.matmul_layers.len()
+                + p.layout_layers.len()
         };
         let dropped = layer_points(recorded).saturating_sub(layer_points(&point));
         log(format!(
@@ -488,12 +530,15 @@ fn refit_point(
     let retimed = |points: &[DenseLayerPoint]| -> Vec<DenseLayerPoint> {
         points.iter().filter_map(|p| Some(DenseLayerPoint { predicted_ms: own_time(&p.layer)?, ..p.clone() })).collect()
     };
-    let residual_adds = recorded
-        .residual_adds
-        .iter()
-        .filter(|r| layers.get(r.layer.as_str()).is_some_and(|l| l.predictor.fused_add() == Some(r.add.as_str())))
-        .filter_map(|r| Some(ResidualAddPoint { predicted_ms: own_time(&r.layer)?, ..r.clone() }))
-        .collect();
+    let adds = |points: &[ResidualAddPoint]| -> Vec<ResidualAddPoint> {
+        points
+            .iter()
+            .filter(|r| layers.get(r.layer.as_str()).is_some_and(|l| l.predictor.fused_add() == Some(r.add.as_str())))
+            .filter_map(|r| Some(ResidualAddPoint { predicted_ms: own_time(&r.layer)?, ..r.clone() }))
+            .collect()
+    };
+    let residual_adds = adds(&recorded.residual_adds);
+    let norm_adds = adds(&recorded.norm_adds);
     let measured: HashMap<&str, f64> =
         recorded.layout_layers.iter().map(|l| (l.layer.as_str(), l.measured_ms)).collect();
     let layout_layers = layout
@@ -505,6 +550,7 @@ fn refit_point(
         layout_layers,
         matmul_layers: retimed(&recorded.matmul_layers),
         residual_adds,
+        norm_adds,
         executing_layers: estimate.executing_layers(),
         weighted_layers: estimate.weighted_layers(),
         predicted_latency_ms: estimate.total.latency_ms,
