@@ -24,7 +24,7 @@
 //! Not followed yet: the two channel slices of ShuffleNet's split, which ONNX Runtime runs as one `Split` at
 //! `extended` and above.
 
-use super::{scaled_product, single_readers, EngineRules, Fusion, Plan};
+use super::{scaled_product, single_readers, EngineRules, Fusion, Plan, Role};
 use crate::engine::GraphOptimization;
 use crate::layer::{Activation, Op};
 use crate::network::{Analysis, Network, Source};
@@ -352,9 +352,19 @@ impl EngineRules for OnnxRuntime {
                 }
                 _ => continue,
             };
-            // Here a blocked producer hands its input over blocked.
-            if paid_in && matches!(analysis.sources[i].first(), Some(Source::Layer(j)) if converted[*j]) {
-                *bytes += analysis.costs[i].input_elems * 4;
+            // Here a blocked producer hands its input over blocked (through a zero padding folded into the
+            // convolution, which reads the padding's input).
+            // Measured alone with the padding its own, the convolution converted the unpadded input.
+            let (mut input, mut input_elems) = (analysis.sources[i].first().copied(), analysis.costs[i].input_elems);
+            while let Some(Source::Layer(j)) = input {
+                let folded = matches!(plan.role(j), Role::Inside { owner, fusion: Fusion::Padding, .. } if owner == i);
+                if !folded {
+                    break;
+                }
+                (input, input_elems) = (analysis.sources[j].first().copied(), analysis.costs[j].input_elems);
+            }
+            if paid_in && matches!(input, Some(Source::Layer(j)) if converted[j]) {
+                *bytes += input_elems * 4;
             }
             // Here its output stays blocked when every reader keeps the blocked layout.
             if paid_out && !readers[i].is_empty() && readers[i].iter().all(|&c| keeps(c)) {
@@ -662,6 +672,25 @@ mod tests {
         assert_eq!(extended.layout_bytes_saved(&net, &analysis, &extended.plan(&net, &analysis))[1], 0);
         let plain = OnnxRuntime { level: GraphOptimization::All, nchwc_block: 0 };
         assert_eq!(plain.layout_bytes_saved(&net, &analysis, &plain.plan(&net, &analysis))[1], 0);
+
+        // A zero padding folded into the convolution after it: the convolution reads the blocked tensor before
+        // the padding, as it converted it (unpadded) measured alone.
+        let net = Network::from_json_str(
+            r#"{"name": "padded", "input_shape": [32, 32, 32], "layers": [
+              {"name": "first", "type": "conv2d", "filters": 32, "kernel": [3, 3], "padding": "same", "activation": "relu"},
+              {"name": "pad", "type": "zero_padding2d", "padding": [1, 1]},
+              {"name": "down", "type": "conv2d", "filters": 32, "kernel": [3, 3], "strides": [2, 2], "activation": "relu"},
+              {"name": "next", "type": "conv2d", "filters": 32, "kernel": [1, 1], "activation": "relu"},
+              {"name": "pool", "type": "global_avg_pool2d"},
+              {"name": "fc", "type": "dense", "units": 10}]}"#,
+            "padded.json",
+        )
+        .unwrap();
+        let analysis = net.analyze().unwrap();
+        let plan = rules.plan(&net, &analysis);
+        assert!(matches!(plan.role(1), Role::Inside { owner: 2, fusion: Fusion::Padding, .. }), "{:?}", plan.roles());
+        let saved = rules.layout_bytes_saved(&net, &analysis, &plan);
+        assert_eq!(saved[2], tensor + 32 * 16 * 16 * 4, "the unpadded input and the output");
     }
 
     /// The engine features of a convolution alone: their layout is the one ONNX Runtime picks for it here (its
