@@ -239,8 +239,8 @@ fn calibration_point(
     // Layers by name: a fused add is named by the layer whose product computes it.
     let index: HashMap<&str, usize> = net.layers.iter().enumerate().map(|(i, l)| (l.name.as_str(), i)).collect();
     // Convolutions that compute a residual add: their node's time and the add's (0 when tract fused it).
-    let residual_adds = residual_add_points(net, &index, estimate, measured, costs, to_nominal);
-    let norm_adds = norm_add_points(net, &index, estimate, measured, costs, to_nominal);
+    let residual_adds = fused_add_points(LayerType::Conv2d, net, &index, estimate, measured, costs, to_nominal);
+    let norm_adds = fused_add_points(LayerType::LayerNorm, net, &index, estimate, measured, costs, to_nominal);
     // Products with a constant weight: their node's time and a fused add's (whose node tract names after the add).
     let matmul_layers = estimate
         .layers
@@ -313,10 +313,13 @@ pub(crate) fn layout_points(estimator: &Estimator, net: &Network, estimate: &Est
         .collect())
 }
 
-/// The residual-add points of one network ([`ResidualAddPoint`]): each convolution the estimate credits with a
-/// fused add ([`crate::estimate::AnsweredBy::fused_add`]), predicted with the add, measured as its node and the add's
-/// together.
-fn residual_add_points(
+/// The points of one network's layers of `layer_type` that compute an add ([`ResidualAddPoint`]): each such
+/// layer the estimate credits with a fused add ([`crate::estimate::AnsweredBy::fused_add`]), predicted with the
+/// add, measured as its node and the add's together. Convolutions give the residual-add points (a product with a
+/// constant weight is a matmul point: its weights, not the add, set its extra time), layer norms the norm-add
+/// points.
+fn fused_add_points(
+    layer_type: LayerType,
     net: &Network,
     index: &HashMap<&str, usize>,
     estimate: &Estimate,
@@ -325,17 +328,16 @@ fn residual_add_points(
     to_nominal: f64,
 ) -> Vec<ResidualAddPoint> {
     let mut points = Vec::new();
-    for (conv, e) in estimate.layers.iter().enumerate() {
+    for (layer, e) in estimate.layers.iter().enumerate() {
+        if e.layer_type != layer_type {
+            continue;
+        }
         let Some(add) = e.predictor.fused_add().and_then(|name| index.get(name).copied()) else {
             continue;
         };
-        // A product with a constant weight is a matmul point (its weights, not the add, set its extra time).
-        if e.layer_type != LayerType::Conv2d {
-            continue;
-        }
-        let (Some(predicted_ms), Some(conv_ms), Some(add_ms)) = (
+        let (Some(predicted_ms), Some(layer_ms), Some(add_ms)) = (
             e.latency_ms,
-            measured.layers.get(conv).map(|l| l.latency_ms),
+            measured.layers.get(layer).map(|l| l.latency_ms),
             measured.layers.get(add).map(|l| l.latency_ms),
         ) else {
             continue;
@@ -345,43 +347,7 @@ fn residual_add_points(
             add: net.layers[add].name.clone(),
             add_mib: (costs[add].output_elems * BYTES_PER_ELEMENT) as f64 / MIB,
             predicted_ms,
-            measured_ms: (conv_ms + add_ms) * to_nominal,
-        });
-    }
-    points
-}
-
-/// The norm-add points of one network: each layer norm the estimate credits with the add before it
-/// ([`crate::estimate::AnsweredBy::fused_add`]), predicted with the add, measured as its node and the add's.
-fn norm_add_points(
-    net: &Network,
-    index: &HashMap<&str, usize>,
-    estimate: &Estimate,
-    measured: &NetworkProfile,
-    costs: &[LayerCost],
-    to_nominal: f64,
-) -> Vec<ResidualAddPoint> {
-    let mut points = Vec::new();
-    for (norm, e) in estimate.layers.iter().enumerate() {
-        if e.layer_type != LayerType::LayerNorm {
-            continue;
-        }
-        let Some(add) = e.predictor.fused_add().and_then(|name| index.get(name).copied()) else {
-            continue;
-        };
-        let (Some(predicted_ms), Some(norm_ms), Some(add_ms)) = (
-            e.latency_ms,
-            measured.layers.get(norm).map(|l| l.latency_ms),
-            measured.layers.get(add).map(|l| l.latency_ms),
-        ) else {
-            continue;
-        };
-        points.push(ResidualAddPoint {
-            layer: e.name.clone(),
-            add: net.layers[add].name.clone(),
-            add_mib: (costs[add].output_elems * BYTES_PER_ELEMENT) as f64 / MIB,
-            predicted_ms,
-            measured_ms: (norm_ms + add_ms) * to_nominal,
+            measured_ms: (layer_ms + add_ms) * to_nominal,
         });
     }
     points
