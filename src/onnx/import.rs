@@ -43,6 +43,9 @@
 //!   is a zero padding of that axis: the tensor copied into a larger buffer, which is what it costs.
 //! - A per-channel `Mul` and `Add` of constants on `[N, C, H, W]` (a batch norm tf2onnx leaves after a depthwise
 //!   or biased convolution) is a batch norm.
+//! - A channels-last island (tf2onnx's transposes around each convolution, left when its transpose optimiser
+//!   gives up) is first put back channel-first ([`super::transposes`]), as the engines do before running it; a
+//!   per-channel constant `Add` after a bias-less convolution is its bias.
 //! - A symbolic batch dimension is fixed to 1; any other symbolic input dimension is an error.
 
 use crate::error::{Error, Result};
@@ -69,12 +72,31 @@ pub fn import_onnx(path: &Path, allow_unsupported: bool) -> Result<Network> {
     // model's directory.
     let dir = path.parent().map(|d| if d.as_os_str().is_empty() { Path::new(".") } else { d });
     let dir = dir.and_then(Path::to_str);
-    Importer::new(&proto, &file, dir)?.run(default_name, allow_unsupported)
+    let sunk = with_transposes_sunk(&proto);
+    Importer::new(sunk.as_ref().unwrap_or(&proto), &file, dir)?.run(default_name, allow_unsupported)
 }
 
 /// Import an in-memory ONNX model (its weights inside it); `file` names it in errors.
 pub fn import_proto(proto: &ModelProto, file: &str, default_name: &str, allow_unsupported: bool) -> Result<Network> {
-    Importer::new(proto, file, None)?.run(default_name, allow_unsupported)
+    let sunk = with_transposes_sunk(proto);
+    Importer::new(sunk.as_ref().unwrap_or(proto), file, None)?.run(default_name, allow_unsupported)
+}
+
+/// The model with its transposes sunk through the nodes that do not care about the layout
+/// ([`super::transposes`]), when that leaves fewer of them; `None`: the model as it is.
+fn with_transposes_sunk(proto: &ModelProto) -> Option<ModelProto> {
+    let graph = proto.graph.as_ref()?;
+    let (nodes, added) = super::transposes::sink(graph, default_opset(proto))?;
+    let mut sunk = proto.clone();
+    let graph = sunk.graph.as_mut()?;
+    graph.node = nodes;
+    graph.initializer.extend(added);
+    Some(sunk)
+}
+
+/// The version of the default (`ai.onnx`) domain the model imports (1 when it names none).
+fn default_opset(proto: &ModelProto) -> i64 {
+    proto.opset_import.iter().find(|o| o.domain.is_empty() || o.domain == "ai.onnx").map_or(1, |o| o.version)
 }
 
 /// How one ONNX node becomes part of the network.
@@ -85,7 +107,7 @@ enum Mapping {
     Alias(String),
     /// Fuse an activation into the layer producing this tensor.
     FuseActivation(String, Activation),
-    /// Give the dense layer producing this tensor its bias.
+    /// Give the dense layer or convolution producing this tensor its bias.
     FuseBias(String),
     /// Global pooling: a layer, plus a `[C, 1, 1]` reshape when a consumer needs the spatial dims.
     GlobalPool(Op),
@@ -120,8 +142,7 @@ impl<'a> Importer<'a> {
     fn new(proto: &'a ModelProto, file: &'a str, model_dir: Option<&str>) -> Result<Importer<'a>> {
         let err = |message: String| Error::Onnx { file: file.to_string(), message };
         let graph = proto.graph.as_ref().ok_or_else(|| err("the model has no graph".into()))?;
-        let opset =
-            proto.opset_import.iter().find(|o| o.domain.is_empty() || o.domain == "ai.onnx").map_or(1, |o| o.version);
+        let opset = default_opset(proto);
         let initializers: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
         let inputs: Vec<_> = graph.input.iter().filter(|i| !initializers.contains(i.name.as_str())).collect();
         let input = match inputs.as_slice() {
@@ -497,6 +518,8 @@ impl<'a> Importer<'a> {
                     match &mut built.layers[i].op {
                         Op::Dense(d) => d.use_bias = true,
                         Op::MatMul { use_bias, .. } => *use_bias = true,
+                        Op::Conv2d(c) => c.use_bias = true,
+                        Op::DepthwiseConv2d(c) => c.use_bias = true,
                         _ => {}
                     }
                     built.retarget(i, outputs[0]);
@@ -1051,6 +1074,19 @@ impl<'a> Importer<'a> {
         })
     }
 
+    /// Whether `x` is the only output of a convolution (plain or depthwise) with no bias and no activation, read
+    /// only by the node at hand.
+    fn is_bias_free_conv(&self, x: &str, built: &Built) -> bool {
+        built.layer_of(x).is_some_and(|i| {
+            let bias_free = match &built.layers[i].op {
+                Op::Conv2d(c) => !c.use_bias && c.activation == Activation::Linear,
+                Op::DepthwiseConv2d(c) => !c.use_bias && c.activation == Activation::Linear,
+                _ => false,
+            };
+            bias_free && built.expected[i] == x && self.consumers(x) == 1
+        })
+    }
+
     /// An element-wise operation of the tensor `x` and one constant (an attention scale, a position embedding, a
     /// mask): the constant's shape without the batch, as it broadcasts over `x`.
     fn elementwise_constant(
@@ -1313,6 +1349,19 @@ impl<'a> Importer<'a> {
                     // One value per unit, along the last axis (not a per-row constant of the same length).
                     let per_unit = |b: &Tensor| b.len() == units && b.shape().last() == Some(&units);
                     if bias.is_some_and(|b| per_unit(&b)) && out_shape == in_shape {
+                        return Ok(Mapping::FuseBias(x.to_string()));
+                    }
+                }
+                // A per-channel constant added to a bias-less convolution's output is its bias (tf2onnx writes a
+                // batch norm folded into a convolution so when its transpose optimiser gave up).
+                if node.op_type == "Add" && dynamic.len() == 1 && self.is_bias_free_conv(x, built) {
+                    let bias = node.input.iter().find(|s| s.as_str() != x).and_then(|b| self.value(b));
+                    let per_channel = |b: &Tensor| {
+                        let dims = b.shape();
+                        let channels = in_shape.get(1).copied().unwrap_or(0);
+                        b.len() == channels && dims.len() >= 3 && dims[dims.len() - 3] == channels
+                    };
+                    if bias.is_some_and(|b| per_channel(&b)) && out_shape == in_shape && in_shape.len() == 4 {
                         return Ok(Mapping::FuseBias(x.to_string()));
                     }
                 }

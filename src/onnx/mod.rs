@@ -4,6 +4,7 @@
 
 pub mod export;
 pub mod import;
+pub mod transposes;
 
 pub use export::{export_layer, export_network, value_info_shape, Exported};
 pub use import::{import_onnx, import_proto};
