@@ -161,7 +161,7 @@ fn print_table(c: &Calibration, path: &Path) {
              matmul term",
             matmul.len(),
             median(matmul.iter().map(|m| error(m, 0.0)).collect()),
-            median(matmul.iter().map(|m| error(m, k.matmul_extra_fraction * m.predicted_ms)).collect())
+            median(matmul.iter().map(|m| error(m, k.matmul_extra_for(m.predicted_ms, m.weight_mib))).collect())
         );
     }
     let layout: Vec<&LayoutPoint> = c.networks.iter().flat_map(|n| &n.layout_layers).collect();
@@ -178,7 +178,8 @@ fn print_table(c: &Calibration, path: &Path) {
     }
     println!(
         "correction: dense layers {:+.4} ms per MiB of weights above {:.2} MiB, up to {:.1} MiB{}; convolutions \
-         computing a residual add {:+.4} ms per MiB of its output; products with a constant weight {:+.1}%; \
+         computing a residual add {:+.4} ms per MiB of its output; products with a constant weight {:+.1}% {:+.4} ms \
+         per MiB of weights; \
          layer latency x {:.4} {:+.4} ms; peak memory {:+.3} MiB {:+.4} MiB per executing layer \
          {:+.4} MiB per weighted one",
         k.dense_weight_ms_per_mib,
@@ -187,6 +188,7 @@ fn print_table(c: &Calibration, path: &Path) {
         k.dense_gate_clause(),
         k.residual_add_ms_per_mib,
         100.0 * k.matmul_extra_fraction,
+        k.matmul_weight_ms_per_mib,
         k.latency_scale,
         k.latency_per_layer_ms,
         k.memory_fixed_mib,

@@ -83,8 +83,12 @@ pub fn table(e: &Estimate) -> String {
                 c.norm_add_ms_per_mib
             ));
         }
-        if c.matmul_extra_fraction != 0.0 {
-            latency.push(format!("products with a constant weight {:+.1}%", 100.0 * c.matmul_extra_fraction));
+        if c.matmul_extra_fraction != 0.0 || c.matmul_weight_ms_per_mib != 0.0 {
+            latency.push(format!(
+                "products with a constant weight {:+.1}% {:+.4} ms per MiB of weights",
+                100.0 * c.matmul_extra_fraction,
+                c.matmul_weight_ms_per_mib
+            ));
         }
         if c.latency_scale != 1.0 || c.latency_per_layer_ms != 0.0 {
             latency.push(format!("layer latency x {:.4} {:+.4} ms", c.latency_scale, c.latency_per_layer_ms));
