@@ -191,8 +191,10 @@ fn liveness_memory_of_a_residual_network_and_null_power() {
     // Tensors (f32): input 2*64*4 = 512 B, every layer output 8*64*4 = 2048 B. Weights: a 2*8+8 = 24,
     // b 9*8*8+8 = 584, c 8*8+8 = 72 elements = 2720 B, all resident. The input lives throughout (its caller
     // holds it). Steps: a: in + a = 2560; b: in + a + b = 4608; c: in + a + b + c = 6656; sum (in place into a):
-    // in + a + c = 4608. No memory model, so no workspace.
-    let peak = (6656.0 + 2720.0) / MIB;
+    // in + a + c = 4608. No memory model, so no workspace but b's padding: tract runs that 3x3 convolution as a
+    // lazy im2col and pads its input first, twice the padded 8x10x10 (3200 B) while it builds it, beside its
+    // input: in + a + 6400 = 8960 B at b.
+    let peak = (8960.0 + 2720.0) / MIB;
     assert!(close(v["total"]["peak_memory_mib"].as_f64().unwrap(), peak), "{}", v["total"]);
     assert!(close(v["total"]["latency_ms"].as_f64().unwrap(), 3.1));
     // No power model for this device: null, with a note, never 0.
@@ -518,7 +520,7 @@ fn a_calibration_fitted_for_these_models_is_applied_and_a_stale_one_is_not() {
     assert!(
         close(c["latency_scale"].as_f64().unwrap(), 1.5) && close(c["latency_per_layer_ms"].as_f64().unwrap(), 0.1)
     );
-    let rules_note = "older estimator rules (0 of 2";
+    let rules_note = "older estimator rules (0 of 3";
     assert!(!v["notes"].to_string().contains(rules_note), "{v}");
     // A calibration written before the estimate's fusion rules were recorded still applies, with a note.
     let path = models.join("dev/calibration.json");

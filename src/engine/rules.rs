@@ -268,13 +268,46 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         None
     }
 
-    /// Convolutions lowered to a matrix product over an explicit packed copy of the input (`pack_a` of a 1×1
-    /// convolution turned einsum, `Im2col` of a grouped one, in tract); other convolutions gather lazily.
-    fn copies_input_when_packing(&self, op: &Op) -> bool {
-        match op {
-            Op::Conv2d(c) => c.kernel == [1, 1] || c.groups > 1,
-            _ => false,
+    /// Convolutions lowered to a matrix product over an explicit packed copy of the input (in tract: `pack_a` of
+    /// a 1×1 convolution turned einsum, `Im2col`); the others read their input, or a padded copy of it, until
+    /// their product has run. A lazy im2col (any 3×3 convolution tract does not run direct, grouped or not)
+    /// gathers from its input as it multiplies; with padding tract first pads it into a new tensor (its `Pad`
+    /// builds the padded array, then a tensor of it: twice the padded size while it runs), and the input lives
+    /// through that. Counted as freed once packed, RegNetY-400MF's grouped 3×3 convolutions left its peak 5% low.
+    fn copies_input_when_packing(&self, config: &LayerConfig) -> bool {
+        matches!(
+            crate::engine::packing::conv_lowering(config),
+            Some(crate::engine::packing::ConvLowering::Pointwise | crate::engine::packing::ConvLowering::Im2col)
+        )
+    }
+
+    /// Scratch a layer holds at least while it runs, whatever its memory model answers. tract pads a lazy im2col
+    /// convolution's input into a new tensor first (`Conv::wire_as_lazy_im2col`), and its `Pad` builds the padded
+    /// array and then a tensor of it: twice the padded size at once, beside the input (alone, the layer peaks
+    /// there, before its output exists). Traced in a network (`bench --memory-trace`), a grouped 3×3 convolution
+    /// of 48 channels on 112×112 peaked in its pad at 4.76 MiB over what was live, twice its 2.38 MiB padded input;
+    /// its memory model had put the whole layer 0.55 MiB lower.
+    fn workspace_floor_bytes(&self, config: &LayerConfig) -> u64 {
+        let Op::Conv2d(c) = &config.op else { return 0 };
+        if crate::engine::packing::conv_lowering(config) != Some(crate::engine::packing::ConvLowering::Lazy) {
+            return 0;
         }
+        let (Some([channels, h, w]), Ok(out)) =
+            (config.input_shapes.first().map(|s| s.as_slice()), config.output_shape())
+        else {
+            return 0;
+        };
+        let pads = c.padding.resolve([*h, *w], c.kernel, c.strides, c.dilation);
+        if pads == [0; 4] {
+            return 0;
+        }
+        let bytes = |dims: &[usize]| {
+            dims.iter().fold(config.batch as u64 * crate::estimate::memory::BYTES_PER_ELEMENT, |a, &d| {
+                a.saturating_mul(d as u64)
+            })
+        };
+        let padded = bytes(&[*channels, h.saturating_add(pads[0] + pads[1]), w.saturating_add(pads[2] + pads[3])]);
+        padded.saturating_mul(2).saturating_sub(bytes(&out))
     }
 
     /// The network as this engine runs it. Residual adds are planned inside their convolution; the estimator

@@ -559,6 +559,7 @@ pub(super) fn memory(
                         0
                     }
                 };
+                let workspace = workspace.max(rules.workspace_floor_bytes(analysis.config(i)));
                 (held.weight_bytes, held.plan_bytes, workspace)
             }
             None => (cost.weight_elems * BYTES_PER_ELEMENT, 0, 0),
@@ -572,7 +573,7 @@ pub(super) fn memory(
             workspace_bytes,
             executes: true,
             in_place: rules.computes_in_place(&layer.op),
-            packs_input: rules.copies_input_when_packing(&layer.op) && kernel.unbuilt_concat.is_none(),
+            packs_input: rules.copies_input_when_packing(analysis.config(i)) && kernel.unbuilt_concat.is_none(),
             keeps_inputs: false,
             adds_into_first: false,
         });

@@ -26,7 +26,7 @@
 
 use super::{scaled_product, single_readers, EngineRules, Fusion, Plan, Role};
 use crate::engine::GraphOptimization;
-use crate::layer::{Activation, Op};
+use crate::layer::{Activation, LayerConfig, Op};
 use crate::network::{Analysis, Network, Source};
 
 /// ONNX Runtime at one graph-optimisation level, on a machine with NCHWc blocks of `nchwc_block` channels
@@ -194,6 +194,11 @@ impl EngineRules for OnnxRuntime {
 
     fn folds_batch_norm(&self) -> bool {
         self.at_least(GraphOptimization::Basic)
+    }
+
+    /// No padded copy: MLAS pads while it unfolds (and the arena walk takes the kernels' scratch from the rules).
+    fn workspace_floor_bytes(&self, _config: &LayerConfig) -> u64 {
+        0
     }
 
     fn arena(&self) -> Option<crate::estimate::arena::ArenaConfig> {

@@ -76,10 +76,12 @@ pub const CALIBRATION_FORMAT: u32 = 4;
 /// [`super::structure`]), recorded with a calibration: one fitted under other rules still applies, with a note,
 /// since its terms were fitted on what those rules counted. 0: before this was recorded; 1: residual adds inside
 /// convolutions, depthwise and grouped convolutions without their batch norm and activation; 2: the engine's
-/// per-layer structure measured and counted as resident, batch norms holding a scale and a shift with tract.
+/// per-layer structure measured and counted as resident, batch norms holding a scale and a shift with tract; 3:
+/// tract's lazy im2col convolutions hold their input through the product and their padded copy twice while it
+/// is made (peak memory only).
 /// (Residual adds inside products with a constant weight came later without a bump: they change no network
 /// without such products, i.e. nothing any calibration of rules 2 was fitted on.)
-pub const ESTIMATOR_RULES: u32 = 2;
+pub const ESTIMATOR_RULES: u32 = 3;
 
 use crate::units::MIB;
 
