@@ -145,7 +145,7 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
                 options.nchwc_block.unwrap_or_else(|| perfmodel::engine::rules::OnnxRuntime::nchwc_block_of(host));
             let nchwc_block = if all { block } else { 0 };
             eprintln!(
-                "conv2d latency is also tried with ONNX Runtime's layout (NCHWc block {nchwc_block}) and group \
+                "conv2d and depthwise latency are also tried with ONNX Runtime's layout (NCHWc block {nchwc_block}) and group \
                  sizes as features"
             );
             HostEngine::OnnxRuntime { nchwc_block }

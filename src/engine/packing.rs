@@ -552,6 +552,17 @@ pub enum PackedShape {
         pads: [u16; 4],
         nchwc_block: u16,
     },
+    /// A depthwise convolution as ONNX Runtime runs it (a convolution of as many groups as input channels,
+    /// `depth_multiplier` filters each), for the same features. (After [`Self::OnnxRuntimeConv2d`]: stores
+    /// written before it decode.)
+    OnnxRuntimeDepthwise {
+        in_channels: u16,
+        depth_multiplier: u16,
+        kernel: [u16; 2],
+        strides: [u16; 2],
+        pads: [u16; 4],
+        nchwc_block: u16,
+    },
 }
 
 impl PackedShape {
@@ -588,11 +599,19 @@ impl PackedShape {
         }
     }
 
-    /// For conv2d as ONNX Runtime runs it with NCHWc blocks of `nchwc_block` channels (0: none); `None` for
-    /// other types.
+    /// For conv2d and depthwise conv2d as ONNX Runtime runs them with NCHWc blocks of `nchwc_block` channels (0:
+    /// none); `None` for other types.
     pub fn for_onnxruntime(layer_type: LayerType, names: &[String], nchwc_block: usize) -> Option<PackedShape> {
         let at = |name: &str| names.iter().position(|f| f == name).and_then(|i| u16::try_from(i).ok());
         match layer_type {
+            LayerType::DepthwiseConv2d => Some(PackedShape::OnnxRuntimeDepthwise {
+                in_channels: at("in_channels")?,
+                depth_multiplier: at("depth_multiplier")?,
+                kernel: [at("kernel_h")?, at("kernel_w")?],
+                strides: [at("stride_h")?, at("stride_w")?],
+                pads: [at("pad_top")?, at("pad_bottom")?, at("pad_left")?, at("pad_right")?],
+                nchwc_block: u16::try_from(nchwc_block).ok()?,
+            }),
             LayerType::Conv2d => Some(PackedShape::OnnxRuntimeConv2d {
                 in_channels: at("in_channels")?,
                 filters: at("filters")?,
@@ -609,7 +628,7 @@ impl PackedShape {
     /// Whether the answers are tract's on the machine it runs on (so they hold only where the models were
     /// trained), rather than a function of the shape and what the variant records.
     pub fn asks_tract(&self) -> bool {
-        !matches!(self, PackedShape::OnnxRuntimeConv2d { .. })
+        !matches!(self, PackedShape::OnnxRuntimeConv2d { .. } | PackedShape::OnnxRuntimeDepthwise { .. })
     }
 
     /// A product's sizes from a feature vector: (weight rows or `m`, `k`, `n`, a constant weight, a bias); the
@@ -632,7 +651,10 @@ impl PackedShape {
     fn conv(&self, x: &[f64]) -> Option<ConvShape> {
         let get = |i| count(x, i);
         match *self {
-            PackedShape::Dense { .. } | PackedShape::MatMul { .. } | PackedShape::OnnxRuntimeConv2d { .. } => None,
+            PackedShape::Dense { .. }
+            | PackedShape::MatMul { .. }
+            | PackedShape::OnnxRuntimeConv2d { .. }
+            | PackedShape::OnnxRuntimeDepthwise { .. } => None,
             PackedShape::Conv2d { batch, in_channels, in_width, filters, kernel, groups, out, use_bias } => {
                 Some(ConvShape {
                     batch: get(batch)?,
@@ -653,7 +675,7 @@ impl PackedShape {
         match self {
             PackedShape::Dense { .. } | PackedShape::MatMul { .. } => Some(0),
             PackedShape::Conv2d { .. } => self.conv(x).map(|c| c.workspace_bytes()),
-            PackedShape::OnnxRuntimeConv2d { .. } => None,
+            PackedShape::OnnxRuntimeConv2d { .. } | PackedShape::OnnxRuntimeDepthwise { .. } => None,
         }
     }
 
@@ -691,6 +713,23 @@ impl PackedShape {
                 features[..ort.len()].copy_from_slice(&ort);
                 Some(features)
             }
+            PackedShape::OnnxRuntimeDepthwise { in_channels, depth_multiplier, kernel, strides, pads, nchwc_block } => {
+                let get = |i| count(x, i);
+                let padded = pads.iter().map(|&p| get(p)).collect::<Option<Vec<_>>>()?.iter().any(|&p| p > 0);
+                let channels = get(in_channels)?;
+                let ort = crate::engine::rules::conv_engine_features(
+                    usize::from(nchwc_block),
+                    channels,
+                    channels.checked_mul(get(depth_multiplier)?)?,
+                    channels,
+                    [get(kernel[0])?, get(kernel[1])?],
+                    [get(strides[0])?, get(strides[1])?],
+                    padded,
+                );
+                let mut features = [0.0; ENGINE_FEATURES_MAX];
+                features[..ort.len()].copy_from_slice(&ort);
+                Some(features)
+            }
         }
     }
 
@@ -699,7 +738,9 @@ impl PackedShape {
         match self {
             PackedShape::Dense { .. } | PackedShape::MatMul { .. } => &DENSE_ENGINE_FEATURES,
             PackedShape::Conv2d { .. } => &CONV_ENGINE_FEATURES,
-            PackedShape::OnnxRuntimeConv2d { .. } => &crate::engine::rules::ORT_CONV_ENGINE_FEATURES,
+            PackedShape::OnnxRuntimeConv2d { .. } | PackedShape::OnnxRuntimeDepthwise { .. } => {
+                &crate::engine::rules::ORT_CONV_ENGINE_FEATURES
+            }
         }
     }
 
@@ -715,7 +756,7 @@ impl PackedShape {
                 (units, k, n, true, bias) => dense_bytes(k, units, n, bias),
                 _ => Some(0),
             },
-            PackedShape::OnnxRuntimeConv2d { .. } => None,
+            PackedShape::OnnxRuntimeConv2d { .. } | PackedShape::OnnxRuntimeDepthwise { .. } => None,
         }
     }
 }

@@ -18,10 +18,11 @@ use std::path::{Path, PathBuf};
 /// Bumped whenever the binary layout of model files or the manifest changes.
 /// 9: trees are written as [`crate::train::model::Forest`] (f32 values, 8-byte nodes).
 /// 10: engine features can be ONNX Runtime's ([`crate::engine::packing::PackedShape::OnnxRuntimeConv2d`]).
-pub const FORMAT_VERSION: u32 = 10;
+/// 11: and a depthwise convolution's ([`crate::engine::packing::PackedShape::OnnxRuntimeDepthwise`]).
+pub const FORMAT_VERSION: u32 = 11;
 
 /// The oldest format this build still reads: version 8 stores (f64 trees, [`crate::train::model::FlatForest`])
-/// and version 9 stores decode unchanged (each format only added enum variants), so devices trained before keep
+/// and versions 9 and 10 decode unchanged (each format only added enum variants), so devices trained before keep
 /// their models and calibrations.
 pub const OLDEST_FORMAT_READ: u32 = 8;
 

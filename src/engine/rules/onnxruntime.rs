@@ -737,6 +737,32 @@ mod tests {
                 ));
             }
         }
+        // Depthwise convolutions (ShuffleNet v2's 58 channels plain, its 116 blocked), through the features a
+        // depthwise latency model reads.
+        let names = crate::layer::LayerType::DepthwiseConv2d.feature_names();
+        let shape = crate::engine::packing::PackedShape::for_onnxruntime(
+            crate::layer::LayerType::DepthwiseConv2d,
+            &names,
+            block,
+        )
+        .unwrap();
+        for (channels, stride) in [(58, 1), (58, 2), (116, 1), (24, 2), (30, 1)] {
+            let net = Network::from_json_str(
+                &format!(
+                    r#"{{"name": "one", "input_shape": [{channels}, 14, 14], "layers": [
+                      {{"name": "dw", "type": "depthwise_conv2d", "kernel": [3, 3], "strides": [{stride}, {stride}], "padding": "same"}}]}}"#
+                ),
+                "one.json",
+            )
+            .unwrap();
+            let nodes = optimized_nodes_per_layer(&executor, &net).unwrap();
+            let picked = nodes[0].iter().any(|op| op.starts_with("nchwc."));
+            let x = net.analyze().unwrap().config(0).features().unwrap();
+            let features = shape.engine_features(&x).unwrap();
+            if (features[0] > 0.0) != picked {
+                wrong.push(format!("depthwise {channels}/{stride}: {features:?}, ONNX Runtime {:?}", nodes[0]));
+            }
+        }
         assert!(wrong.is_empty(), "{}", wrong.join("\n"));
         // RegNetX-400MF's groups of 16 channels run blocked, groups of 8 plain, unfolded.
         let sixteen = conv_engine_features(16, 64, 64, 4, [3, 3], [1, 1], true);
