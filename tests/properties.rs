@@ -174,6 +174,38 @@ proptest! {
         }
     }
 
+    /// A channels-last graph (tf2onnx's, every convolution between transposes) with its permutations, axes,
+    /// pads and constants' sizes damaged: sinking its transposes and importing it never panics.
+    #[test]
+    fn sinking_damaged_transposes_never_panics(edits in prop::collection::vec((any::<prop::sample::Index>(), any::<i64>()), 1..6)) {
+        use prost::Message;
+        let bytes = include_bytes!("data/tf2onnx/tiny_se_nobias_opset13_nchw.onnx");
+        let mut model = tract_onnx::pb::ModelProto::decode(&bytes[..]).unwrap();
+        let graph = model.graph.as_mut().unwrap();
+        for (at, value) in edits {
+            let n = at.index(graph.node.len());
+            let node = &mut graph.node[n];
+            let small = value % 9 - 4;
+            match node.attribute.first_mut() {
+                Some(a) if !a.ints.is_empty() => {
+                    let k = value.unsigned_abs() as usize % a.ints.len();
+                    a.ints[k] = small;
+                }
+                Some(a) => a.i = small,
+                None => {
+                    let k = n % graph.initializer.len();
+                    let dims = &mut graph.initializer[k].dims;
+                    if !dims.is_empty() {
+                        let d = value.unsigned_abs() as usize % dims.len();
+                        dims[d] = value % 65;
+                    }
+                }
+            }
+        }
+        let _ = perfmodel::onnx::transposes::sink(graph, 13);
+        let _ = perfmodel::onnx::import_proto(&model, "prop.onnx", "prop", true);
+    }
+
     #[test]
     fn a_damaged_model_file_is_refused_or_predicts_finite_values(flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6)) {
         let bytes = model_file_bytes();
