@@ -14,7 +14,7 @@ max_len=65536
 seed() { cp "$@" "$corpus/" 2>/dev/null || true; }
 case "$target" in
   net_json) seed "$root"/zoo/holdout/*.json "$root"/tests/data/tiny_net.json ;;
-  onnx_import) seed "$root"/tests/data/torch/*_torchscript.onnx ;;
+  onnx_import) seed "$root"/tests/data/torch/*_torchscript.onnx "$root"/tests/data/tf2onnx/tiny_se_nobias_opset13_nchw.onnx ;;
   data_csv)
     # A header and a few rows each: a CSV's cost grows with its rows, and the fuzzer's mutations with its length.
     for t in conv2d dense concat reshape; do head -4 "$root/data/xeon480/$t.csv" > "$corpus/$t.csv"; done
