@@ -281,18 +281,22 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         )
     }
 
-    /// Scratch a layer holds at least while it runs, whatever its memory model answers. tract pads a lazy im2col
-    /// convolution's input into a new tensor first (`Conv::wire_as_lazy_im2col`), and its `Pad` builds the padded
-    /// array and then a tensor of it: twice the padded size at once, beside the input (alone, the layer peaks
-    /// there, before its output exists). Traced in a network (`bench --memory-trace`), a grouped 3×3 convolution
-    /// of 48 channels on 112×112 peaked in its pad at 4.76 MiB over what was live, twice its 2.38 MiB padded input;
-    /// its memory model had put the whole layer 0.55 MiB lower.
-    fn workspace_floor_bytes(&self, config: &LayerConfig) -> u64 {
+    /// Scratch a layer holds at least while it runs, whatever its memory model answers, beyond its input and
+    /// output (`input_kept`: the input outlives the layer: the caller's, or one other layers read too). tract
+    /// pads a lazy im2col convolution's input into a new tensor first (`Conv::wire_as_lazy_im2col`): its `Pad`
+    /// builds the padded array and then a tensor of it, twice the padded size at once beside the input (alone,
+    /// the layer peaks there, before its output exists); the padded copy then lives through the product, beside
+    /// the output, and the input is freed after the pad unless it is kept. Traced in networks (`bench
+    /// --memory-trace`): after a 1×1 convolution, a grouped 3×3 one of 48 channels on 112×112 peaked in its pad at
+    /// 4.76 MiB over what was live, twice its 2.38 MiB padded input (its memory model had put the whole layer 0.55
+    /// MiB lower); GoogLeNet's first convolution, on the caller's input, held its 0.6 MiB padded copy beside its
+    /// output.
+    fn workspace_floor_bytes(&self, config: &LayerConfig, input_kept: bool) -> u64 {
         let Op::Conv2d(c) = &config.op else { return 0 };
         if crate::engine::packing::conv_lowering(config) != Some(crate::engine::packing::ConvLowering::Lazy) {
             return 0;
         }
-        let (Some([channels, h, w]), Ok(out)) =
+        let (Some(input @ [channels, h, w]), Ok(out)) =
             (config.input_shapes.first().map(|s| s.as_slice()), config.output_shape())
         else {
             return 0;
@@ -307,7 +311,9 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
             })
         };
         let padded = bytes(&[*channels, h.saturating_add(pads[0] + pads[1]), w.saturating_add(pads[2] + pads[3])]);
-        padded.saturating_mul(2).saturating_sub(bytes(&out))
+        let padding = padded.saturating_mul(2).saturating_sub(bytes(&out));
+        let product = if input_kept { padded } else { padded.saturating_sub(bytes(input)) };
+        padding.max(product)
     }
 
     /// The network as this engine runs it. Residual adds are planned inside their convolution; the estimator

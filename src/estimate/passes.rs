@@ -559,7 +559,11 @@ pub(super) fn memory(
                         0
                     }
                 };
-                let workspace = workspace.max(rules.workspace_floor_bytes(analysis.config(i)));
+                let input_kept = match analysis.sources[i].first() {
+                    Some(Source::Layer(j)) => plan.consumers(*j) > 1,
+                    _ => true,
+                };
+                let workspace = workspace.max(rules.workspace_floor_bytes(analysis.config(i), input_kept));
                 (held.weight_bytes, held.plan_bytes, workspace)
             }
             None => (cost.weight_elems * BYTES_PER_ELEMENT, 0, 0),

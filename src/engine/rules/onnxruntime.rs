@@ -197,7 +197,7 @@ impl EngineRules for OnnxRuntime {
     }
 
     /// No padded copy: MLAS pads while it unfolds (and the arena walk takes the kernels' scratch from the rules).
-    fn workspace_floor_bytes(&self, _config: &LayerConfig) -> u64 {
+    fn workspace_floor_bytes(&self, _config: &LayerConfig, _input_kept: bool) -> u64 {
         0
     }
 
