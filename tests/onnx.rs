@@ -779,17 +779,6 @@ fn assert_same_outputs(a: &[Vec<f32>], b: &[Vec<f32>], what: &str) {
     }
 }
 
-/// The graph with its transposes sunk (`perfmodel::onnx::transposes`), as a model.
-fn sunk(model: &ModelProto) -> Option<ModelProto> {
-    let opset = model.opset_import.iter().find(|o| o.domain.is_empty()).map_or(1, |o| o.version);
-    let (nodes, added) = perfmodel::onnx::transposes::sink(model.graph.as_ref().unwrap(), opset)?;
-    let mut out = model.clone();
-    let graph = out.graph.as_mut().unwrap();
-    graph.node = nodes;
-    graph.initializer.extend(added);
-    Some(out)
-}
-
 fn transposes_in(model: &ModelProto) -> usize {
     model.graph.as_ref().unwrap().node.iter().filter(|n| n.op_type == "Transpose").count()
 }
@@ -917,7 +906,8 @@ fn sunk_transposes_compute_the_same() {
         &[],
     );
     for (what, model) in [("island", &island), ("means", &means), ("opset 10 pad", &old_pad)] {
-        let rewritten = sunk(model).unwrap_or_else(|| panic!("{what}: nothing sunk"));
+        let rewritten =
+            perfmodel::onnx::transposes::sink_model(model).unwrap_or_else(|| panic!("{what}: nothing sunk"));
         assert_eq!(transposes_in(&rewritten), 0, "{what}: {:?}", rewritten.graph.as_ref().unwrap().node);
         assert_same_outputs(&run_with_tract(model), &run_with_tract(&rewritten), what);
     }
@@ -928,7 +918,7 @@ fn sunk_transposes_compute_the_same() {
         &[("w", &[3, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])],
         &[],
     );
-    assert!(sunk(&product).is_none());
+    assert!(perfmodel::onnx::transposes::sink_model(&product).is_none());
     // A `[W, C]` constant would be `[C, 1, W]` channel-first: its data would move. Left as it is.
     let moving: Vec<f32> = (0..15).map(|v| v as f32).collect();
     let reordering = small_model(
@@ -941,11 +931,11 @@ fn sunk_transposes_compute_the_same() {
         &[("wc", &[5, 3], &moving)],
         &[],
     );
-    assert!(sunk(&reordering).is_none());
+    assert!(perfmodel::onnx::transposes::sink_model(&reordering).is_none());
     // The converter's own file: every transpose sunk away, the same outputs.
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tf2onnx/tiny_se_nobias_opset13_nchw.onnx");
     let file = ModelProto::decode(&*std::fs::read(data).unwrap()).unwrap();
-    let rewritten = sunk(&file).unwrap();
+    let rewritten = perfmodel::onnx::transposes::sink_model(&file).unwrap();
     assert_eq!(transposes_in(&file), 17);
     // One transpose stays: it moves only axes of one element (a free reshape), and its input is a reshape.
     assert!(transposes_in(&rewritten) <= 1, "{:?}", rewritten.graph.as_ref().unwrap().node);

@@ -697,40 +697,39 @@ impl PackedShape {
                 features[..tile.len()].copy_from_slice(&tile);
                 Some(features)
             }
-            PackedShape::OnnxRuntimeConv2d { in_channels, filters, groups, kernel, strides, pads, nchwc_block } => {
-                let get = |i| count(x, i);
-                let padded = pads.iter().map(|&p| get(p)).collect::<Option<Vec<_>>>()?.iter().any(|&p| p > 0);
-                let ort = crate::engine::rules::conv_engine_features(
-                    usize::from(nchwc_block),
-                    get(in_channels)?,
-                    get(filters)?,
-                    get(groups)?,
-                    [get(kernel[0])?, get(kernel[1])?],
-                    [get(strides[0])?, get(strides[1])?],
-                    padded,
-                );
-                let mut features = [0.0; ENGINE_FEATURES_MAX];
-                features[..ort.len()].copy_from_slice(&ort);
-                Some(features)
-            }
-            PackedShape::OnnxRuntimeDepthwise { in_channels, depth_multiplier, kernel, strides, pads, nchwc_block } => {
-                let get = |i| count(x, i);
-                let padded = pads.iter().map(|&p| get(p)).collect::<Option<Vec<_>>>()?.iter().any(|&p| p > 0);
-                let channels = get(in_channels)?;
-                let ort = crate::engine::rules::conv_engine_features(
-                    usize::from(nchwc_block),
-                    channels,
-                    channels.checked_mul(get(depth_multiplier)?)?,
-                    channels,
-                    [get(kernel[0])?, get(kernel[1])?],
-                    [get(strides[0])?, get(strides[1])?],
-                    padded,
-                );
+            PackedShape::OnnxRuntimeConv2d { .. } | PackedShape::OnnxRuntimeDepthwise { .. } => {
+                let ort = self.onnxruntime_conv_features(x)?;
                 let mut features = [0.0; ENGINE_FEATURES_MAX];
                 features[..ort.len()].copy_from_slice(&ort);
                 Some(features)
             }
         }
+    }
+
+    /// ONNX Runtime's decisions for a convolution ([`crate::engine::rules::conv_engine_features`]), a depthwise
+    /// one being a convolution of as many groups as input channels; `None` for other variants.
+    fn onnxruntime_conv_features(&self, x: &[f64]) -> Option<[f64; 6]> {
+        let get = |i| count(x, i);
+        let (in_c, out_c, groups, kernel, strides, pads, block) = match *self {
+            PackedShape::OnnxRuntimeConv2d { in_channels, filters, groups, kernel, strides, pads, nchwc_block } => {
+                (get(in_channels)?, get(filters)?, get(groups)?, kernel, strides, pads, nchwc_block)
+            }
+            PackedShape::OnnxRuntimeDepthwise { in_channels, depth_multiplier, kernel, strides, pads, nchwc_block } => {
+                let channels = get(in_channels)?;
+                (channels, channels.checked_mul(get(depth_multiplier)?)?, channels, kernel, strides, pads, nchwc_block)
+            }
+            _ => return None,
+        };
+        let padded = pads.iter().map(|&p| get(p)).collect::<Option<Vec<_>>>()?.iter().any(|&p| p > 0);
+        Some(crate::engine::rules::conv_engine_features(
+            usize::from(block),
+            in_c,
+            out_c,
+            groups,
+            [get(kernel[0])?, get(kernel[1])?],
+            [get(strides[0])?, get(strides[1])?],
+            padded,
+        ))
     }
 
     /// The names of [`Self::engine_features`].

@@ -72,30 +72,18 @@ pub fn import_onnx(path: &Path, allow_unsupported: bool) -> Result<Network> {
     // model's directory.
     let dir = path.parent().map(|d| if d.as_os_str().is_empty() { Path::new(".") } else { d });
     let dir = dir.and_then(Path::to_str);
-    let sunk = with_transposes_sunk(&proto);
+    let sunk = super::transposes::sink_model(&proto);
     Importer::new(sunk.as_ref().unwrap_or(&proto), &file, dir)?.run(default_name, allow_unsupported)
 }
 
 /// Import an in-memory ONNX model (its weights inside it); `file` names it in errors.
 pub fn import_proto(proto: &ModelProto, file: &str, default_name: &str, allow_unsupported: bool) -> Result<Network> {
-    let sunk = with_transposes_sunk(proto);
+    let sunk = super::transposes::sink_model(proto);
     Importer::new(sunk.as_ref().unwrap_or(proto), file, None)?.run(default_name, allow_unsupported)
 }
 
-/// The model with its transposes sunk through the nodes that do not care about the layout
-/// ([`super::transposes`]), when that leaves fewer of them; `None`: the model as it is.
-fn with_transposes_sunk(proto: &ModelProto) -> Option<ModelProto> {
-    let graph = proto.graph.as_ref()?;
-    let (nodes, added) = super::transposes::sink(graph, default_opset(proto))?;
-    let mut sunk = proto.clone();
-    let graph = sunk.graph.as_mut()?;
-    graph.node = nodes;
-    graph.initializer.extend(added);
-    Some(sunk)
-}
-
 /// The version of the default (`ai.onnx`) domain the model imports (1 when it names none).
-fn default_opset(proto: &ModelProto) -> i64 {
+pub(super) fn default_opset(proto: &ModelProto) -> i64 {
     proto.opset_import.iter().find(|o| o.domain.is_empty() || o.domain == "ai.onnx").map_or(1, |o| o.version)
 }
 

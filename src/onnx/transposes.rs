@@ -18,7 +18,7 @@
 //! fewer transposes than the file had: a graph whose transposes do not meet is imported as it is.
 
 use std::collections::{HashMap, HashSet};
-use tract_onnx::pb::{attribute_proto::AttributeType, AttributeProto, GraphProto, NodeProto, TensorProto};
+use tract_onnx::pb::{attribute_proto::AttributeType, AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto};
 
 /// The transposes sunk: to channels-last and back (`[N, C, H, W]` to `[N, H, W, C]` and back). Others (a
 /// transformer's heads moved before the tokens) are what the network computes and stay as the exporter wrote them.
@@ -76,6 +76,17 @@ const REDUCTIONS: &[&str] = &[
     "ReduceLogSumExp",
     "ReduceSumSquare",
 ];
+
+/// The model with its transposes sunk ([`sink`] on its graph, at its default domain's opset), when that leaves
+/// fewer of them; `None`: the model as it is.
+pub fn sink_model(proto: &ModelProto) -> Option<ModelProto> {
+    let (nodes, added) = sink(proto.graph.as_ref()?, super::import::default_opset(proto))?;
+    let mut sunk = proto.clone();
+    let graph = sunk.graph.as_mut()?;
+    graph.node = nodes;
+    graph.initializer.extend(added);
+    Some(sunk)
+}
 
 /// The graph's nodes with its transposes sunk, and the constants the rewrite added (permuted copies), or `None`
 /// when sinking leaves no fewer transposes than the graph has (nothing to change). `opset`: the model's default
@@ -321,15 +332,7 @@ impl<'a> Sinker<'a> {
         let pads_name = node.input.get(1).filter(|t| !t.is_empty())?;
         let pads = int64_values(self.constant(pads_name)?)?;
         let permuted = permute_pads(&pads)?;
-        let name = self.fresh(&format!("{pads_name}#sunk"));
-        push.inputs[1] = name.clone();
-        push.constants.push(TensorProto {
-            name,
-            dims: vec![permuted.len() as i64],
-            data_type: 7,
-            int64_data: permuted,
-            ..Default::default()
-        });
+        self.replace_with_int64s(push, 1, pads_name, permuted);
         Some(())
     }
 
@@ -353,17 +356,7 @@ impl<'a> Sinker<'a> {
         let ours: Vec<i64> = axes.iter().map(|&a| perm[a]).collect();
         match push.attributes.iter_mut().find(|a| a.name == "axes") {
             Some(a) => a.ints = ours,
-            None => {
-                let name = self.fresh(&format!("{}#sunk", from_input?));
-                push.inputs[1] = name.clone();
-                push.constants.push(TensorProto {
-                    name,
-                    dims: vec![ours.len() as i64],
-                    data_type: 7,
-                    int64_data: ours,
-                    ..Default::default()
-                });
-            }
+            None => self.replace_with_int64s(push, 1, from_input?, ours),
         }
         let keepdims = push.attributes.iter().find(|a| a.name == "keepdims").map_or(1, |a| a.i);
         if keepdims == 0 {
@@ -375,6 +368,14 @@ impl<'a> Sinker<'a> {
             push.after = (!is_identity(&after)).then_some(after);
         }
         Some(())
+    }
+
+    /// Make input `k` of the pushed node a new int64 constant of `values` (a permuted copy of constant `base`).
+    fn replace_with_int64s(&self, push: &mut Push, k: usize, base: &str, values: Vec<i64>) {
+        let name = self.fresh(&format!("{base}#sunk"));
+        push.inputs[k] = name.clone();
+        let dims = vec![values.len() as i64];
+        push.constants.push(TensorProto { name, dims, data_type: 7, int64_data: values, ..Default::default() });
     }
 
     /// A copy of constant `name` for an operand of a node whose other input is now untransposed by `perm`:
