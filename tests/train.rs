@@ -409,3 +409,37 @@ fn a_train_killed_at_any_moment_leaves_a_store_that_opens() {
         assert!(named.contains(&name), "{name} is named by no manifest");
     }
 }
+
+/// Data of another machine is trained with tract's engine features only when the device's current models show
+/// that tract answers here as it did there (the same kernels and caches): a retrain of the shipped rows, say in a
+/// newer store format. Otherwise the models are trained without them.
+#[test]
+fn another_machines_rows_get_engine_features_only_where_tract_answers_as_there() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, models, collectors) =
+        (tmp.path().join("data"), tmp.path().join("models"), tmp.path().join("collectors"));
+    synthetic_dense(&data, "synth", 90);
+    std::fs::create_dir_all(&collectors).unwrap();
+    let profile = "description = \"t\"\nexecutor = \"tract\"\nhost = true\nthreads = 1\nbatch_sizes = [1]\n\
+                   [protocol]\nburn_in_runs = 1\nrepetitions = 2\nrounds = 2\ngroup_size = 2\n\
+                   per_sample_timeout_s = 5.0\nmin_window_ms = 0\nmax_cv = 0.5\n[power]\n";
+    std::fs::write(collectors.join("synth.toml"), profile).unwrap();
+    let run = || {
+        let out = train(&data, &models, &["--methods", "ert,linear", "--collectors-dir", collectors.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", text(&out));
+        (text(&out), ModelStore::open(&models, "synth").unwrap().engine_answers_here())
+    };
+    // Measured here: the memory models count the weights as tract packs them here.
+    let (log, recorded) = run();
+    assert!(log.contains("as tract lays them out on this machine") && recorded, "{log}");
+    // The same rows, now said to be another machine's, whose models record this machine's tract.
+    let foreign =
+        format!("{profile}[fingerprint]\narch = \"{}\"\nmodel_name = \"Fake CPU 9000\"\n", std::env::consts::ARCH);
+    std::fs::write(collectors.join("synth.toml"), foreign).unwrap();
+    let (log, recorded) = run();
+    assert!(log.contains("record the same tract kernels and caches as this one") && recorded, "{log}");
+    // Without such models nothing says how tract ran there.
+    std::fs::remove_dir_all(&models).unwrap();
+    let (log, recorded) = run();
+    assert!(log.contains("trained without this machine's engine features") && !recorded, "{log}");
+}

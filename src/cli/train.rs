@@ -150,6 +150,30 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
             );
             HostEngine::OnnxRuntime { nchwc_block }
         }
+        // Another machine whose tract answers as this one's: the device's current models record the kernels and
+        // caches tract was asked about where they were trained, and they are this host's. The engine features
+        // then describe the device's machine although they are computed here (a retrain in a newer store format
+        // does not need the device's host).
+        Ok(p)
+            if p.check_host(host).is_err()
+                && p.host
+                && p.executor == "tract"
+                && perfmodel::train::ModelStore::open(&dirs.models, &args.device)
+                    .is_ok_and(|s| s.engine_answers_here()) =>
+        {
+            eprintln!(
+                "device '{}' was measured on another machine, whose models record the same tract kernels and caches \
+                 as this one ({}, {}): its engine features are computed here as they were there",
+                args.device,
+                perfmodel::engine::packing::host_isa(),
+                perfmodel::engine::packing::host_caches()
+            );
+            if p.threads == 1 {
+                HostEngine::LayoutsAndTiles
+            } else {
+                HostEngine::Layouts
+            }
+        }
         Ok(p) if p.check_host(host).is_err() => {
             eprintln!(
                 "device '{}' was measured on another machine: its models are trained without this machine's \

@@ -447,6 +447,29 @@ impl ModelStore {
         self.predictors.values().any(|p| p.engine_features().is_some()) && self.trained_elsewhere().is_none()
     }
 
+    /// Whether the models record what tract answered where they were trained (the latency models' engine
+    /// features, the memory models' packed weights) and tract answers the same here: the same kernels and
+    /// caches. Features computed here then describe that machine, so its rows can be retrained here (in a newer
+    /// store format, say) with them; its speed is another matter, which the device's profile tells.
+    pub fn engine_answers_here(&self) -> bool {
+        let mut recorded = false;
+        for p in self.predictors.values() {
+            if let Some(e) = p.engine_features().filter(|e| e.shape.asks_tract()) {
+                recorded = true;
+                if !e.applies() {
+                    return false;
+                }
+            }
+            if let Some(w) = p.known_part().and_then(|k| k.engine_weights.as_ref()) {
+                recorded = true;
+                if !w.applies() {
+                    return false;
+                }
+            }
+        }
+        recorded
+    }
+
     /// Layer types with at least one predictor.
     pub fn layer_types(&self) -> Vec<LayerType> {
         let mut types: Vec<LayerType> = self.predictors.keys().map(|(t, _)| *t).collect();
