@@ -255,6 +255,13 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Whether the engine runs `net` in its graph's own order, a depth-first walk back from the outputs
+    /// ([`crate::estimate::passes`]), which the layers' indices stand in for; false: in the network's order, with
+    /// the moves [`Self::arena`]'s walk makes for the kernels that compute an add.
+    fn runs_in_graph_order(&self, _net: &Network, _analysis: &Analysis, _plan: &Plan) -> bool {
+        false
+    }
+
     /// What each layer takes from the engine's arena when it runs ([`Self::arena`]): its output's bytes as the
     /// engine lays it out, and its kernel's scratch. By default the plain f32 output and no scratch.
     fn arena_bytes(&self, _net: &Network, analysis: &Analysis, _plan: &Plan) -> Vec<(u64, u64)> {

@@ -605,7 +605,8 @@ pub(super) fn memory(
         Some(arena) => {
             let arena_bytes = rules.arena_bytes(net, analysis, plan);
             let reuse = rules.arena_reuse_shapes(net, analysis, plan);
-            let tensors = ArenaTensors { bytes: &arena_bytes, reuse_shapes: reuse.as_deref() };
+            let graph_order = rules.runs_in_graph_order(net, analysis, plan);
+            let tensors = ArenaTensors { bytes: &arena_bytes, reuse_shapes: reuse.as_deref(), graph_order };
             arena_in_use(plan, sources, &steps, input_bytes, resident_bytes, tensors, arena)
         }
         None => memory::in_use_bytes(sources, &steps, input_bytes, resident_bytes),
@@ -619,6 +620,8 @@ pub(super) fn memory(
 struct ArenaTensors<'a> {
     bytes: &'a [(u64, u64)],
     reuse_shapes: Option<&'a [Vec<usize>]>,
+    /// Run in the graph's own order ([`graph_order`]) rather than [`engine_order`]'s.
+    graph_order: bool,
 }
 
 /// [`memory::arena_in_use_bytes`] in the engine's order ([`engine_order`]), with each convolution that computes a
@@ -632,10 +635,23 @@ fn arena_in_use(
     tensors: ArenaTensors,
     arena: crate::estimate::arena::ArenaConfig,
 ) -> Vec<Option<u64>> {
+    // A convolution computing an add reads the add's other input first and writes its sum there when
+    // that is its last reader; the add itself reads only the convolution's side.
+    let original = sources;
+    let mut sources = sources.to_vec();
+    let mut steps = steps.to_vec();
+    for (conv, kernel) in (0..sources.len()).filter_map(|i| Some((i, plan.kernel(i)?))) {
+        let Some(add) = kernel.fused_add else { continue };
+        if let [own, other] = sources[add][..] {
+            sources[conv].insert(0, other);
+            sources[add] = vec![own];
+            steps[conv].adds_into_first = true;
+        }
+    }
     // In the engine's order: a convolution computing a residual add reads the add's other input, so it
     // runs when the add would (ONNX Runtime runs a projection block's main branch, then the
     // projection with the add).
-    let order = engine_order(plan, sources);
+    let order = if tensors.graph_order { graph_order(&sources) } else { engine_order(plan, original) };
     let mut position = vec![0; order.len()];
     for (p, &i) in order.iter().enumerate() {
         position[i] = p;
@@ -644,18 +660,6 @@ fn arena_in_use(
         Source::Layer(j) => Source::Layer(position[j]),
         Source::Input => Source::Input,
     };
-    // A convolution computing an add reads the add's other input first and writes its sum there when
-    // that is its last reader; the add itself reads only the convolution's side.
-    let mut sources = sources.to_vec();
-    let mut steps = steps.to_vec();
-    for (conv, kernel) in (0..order.len()).filter_map(|i| Some((i, plan.kernel(i)?))) {
-        let Some(add) = kernel.fused_add else { continue };
-        if let [own, other] = sources[add][..] {
-            sources[conv].insert(0, other);
-            sources[add] = vec![own];
-            steps[conv].adds_into_first = true;
-        }
-    }
     let sources: Vec<Vec<Source>> = order.iter().map(|&i| sources[i].iter().map(at).collect()).collect();
     debug_assert!(
         sources.iter().enumerate().all(|(p, s)| s.iter().all(|s| !matches!(s, Source::Layer(l) if *l >= p))),
@@ -681,17 +685,58 @@ fn arena_in_use(
     in_use
 }
 
+/// The layers in the order ONNX Runtime runs its graph (`GraphViewer`: `ReverseDFSFrom` the nodes no node reads,
+/// with `NodeCompare`): depth first back from each layer no layer reads, the last first, a layer placed after
+/// everything it reads; of a layer's inputs, the one of the highest index is walked first. In attention that
+/// runs the scores and their softmax before the values' projection, as ONNX Runtime's profile shows.
+fn graph_order(sources: &[Vec<Source>]) -> Vec<usize> {
+    let n = sources.len();
+    let mut read = vec![false; n];
+    for s in sources.iter().flatten() {
+        if let Source::Layer(l) = *s {
+            if l < n {
+                read[l] = true;
+            }
+        }
+    }
+    // (layer, leaving): a layer is placed when it is left, after the layers it reads.
+    let mut stack: Vec<(usize, bool)> = (0..n).filter(|&i| !read[i]).map(|i| (i, false)).collect();
+    let mut visited = vec![false; n];
+    let mut order = Vec::with_capacity(n);
+    while let Some((i, leaving)) = stack.pop() {
+        if leaving {
+            order.push(i);
+            continue;
+        }
+        if visited[i] {
+            continue;
+        }
+        visited[i] = true;
+        stack.push((i, true));
+        let mut inputs: Vec<usize> = sources[i]
+            .iter()
+            .filter_map(|s| match *s {
+                Source::Layer(l) if l < n && !visited[l] => Some(l),
+                _ => None,
+            })
+            .collect();
+        inputs.sort_unstable();
+        inputs.dedup();
+        stack.extend(inputs.into_iter().map(|l| (l, false)));
+    }
+    order
+}
+
 /// The layers in the order the engine runs them: the network's, but a layer whose kernel computes a residual add
 /// runs just before that add (after the add's other input), and with it every layer between them that it
 /// computes or that reads one moved (a batch norm folded into it, a dropout on the way to the add), so that a
 /// layer still comes after the layers it reads.
 ///
-/// ONNX Runtime's own order is a depth-first walk back from the outputs that visits a node's producers from the
-/// highest node index down (`GraphViewer`'s `ReverseDFSFrom`), on the optimised graph's indices: in attention it
-/// runs the scores and their softmax before the values' projection, and of an add's two branches the later one
-/// first. The layers' indices stand in for the nodes' badly where the optimiser replaced many nodes (the NCHWc
-/// layout's): walked that way, Keras NASNet-Mobile's arena came to 16 MiB of regions where ONNX Runtime's took 8,
-/// and the transformers and torchvision CNNs estimated the same in either order.
+/// For an engine that runs its graph's own order this serves only where the layers' indices cannot stand in for
+/// its nodes' ([`EngineRules::runs_in_graph_order`], [`graph_order`]): ONNX Runtime's NCHWc layout replaces a
+/// CNN's convolutions and puts reorders between them, and walked by the layers' indices, Keras NASNet-Mobile's
+/// arena came to 16 MiB of regions where ONNX Runtime's took 8 (the torchvision CNNs estimated the same in
+/// either order).
 fn engine_order(plan: &Plan, sources: &[Vec<Source>]) -> Vec<usize> {
     let n = plan.roles().len();
     let mut deferred: Vec<Vec<usize>> = vec![Vec::new(); n];
@@ -771,6 +816,19 @@ mod tests {
     use super::*;
     use crate::engine::rules::OnnxRuntime;
     use crate::engine::GraphOptimization;
+
+    /// ONNX Runtime's walk of an attention block: the key's projection before the query's, the scores and their
+    /// softmax before the values' projection (its profile's order for a BERT encoder).
+    #[test]
+    fn the_graph_order_runs_the_scores_and_softmax_before_the_values() {
+        let l = Source::Layer;
+        // q, k, v (of the input), scores(q, k), softmax, context(softmax, v), output projection.
+        let input = || vec![Source::Input];
+        let sources = [input(), input(), input(), vec![l(0), l(1)], vec![l(3)], vec![l(4), l(2)], vec![l(5)]];
+        assert_eq!(graph_order(&sources), vec![1, 0, 3, 4, 2, 5, 6]);
+        // Two layers nobody reads: the last one's branch first.
+        assert_eq!(graph_order(&[vec![Source::Input], vec![Source::Input]]), vec![1, 0]);
+    }
 
     /// A convolution computing an add runs after the add's other branch, with its batch norm and the dropout
     /// after it, so that every layer still comes after what it reads (as ONNX Runtime runs an EfficientNet block).

@@ -205,6 +205,14 @@ impl EngineRules for OnnxRuntime {
         Some(crate::estimate::arena::ArenaConfig::ONNXRUNTIME)
     }
 
+    /// ONNX Runtime runs its optimised graph depth-first back from the outputs (`GraphViewer`). The layers'
+    /// indices stand in for its nodes' where the optimiser kept the graph's nodes and added few: not where the
+    /// NCHWc layout replaced a network's convolutions and put reorders between them (walked by layer indices,
+    /// Keras NASNet-Mobile's arena came to 16 MiB of regions where ONNX Runtime's took 8).
+    fn runs_in_graph_order(&self, net: &Network, analysis: &Analysis, plan: &Plan) -> bool {
+        !self.converted(net, analysis, plan).contains(&true)
+    }
+
     /// A blocked tensor has its channels padded to whole blocks. A swish is a `Sigmoid` and a `Mul`: the sigmoid
     /// writes a tensor of its own while its input lives on for the multiply (which then overwrites one of
     /// them). A convolution in the plain layout other than a 1x1 one of stride 1 unpadded unfolds its input
@@ -249,21 +257,23 @@ impl EngineRules for OnnxRuntime {
         true
     }
 
-    /// ONNX Runtime's unary activations may write into their input when they are its last reader
-    /// (`MayInplace`: ReLU, sigmoid, tanh, leaky ReLU, hard sigmoid, ELU in its source; GELU as its arena grows
-    /// on a ViT and a BERT encoder); every other layer writes a new tensor.
+    /// ONNX Runtime's kernels that may write into their input when they are its last reader (`MayInplace` in
+    /// its source: ReLU, sigmoid, tanh, leaky ReLU, hard sigmoid, ELU, and softmax in `float`); every other layer
+    /// writes a new tensor, GELU included (its kernel reads the input after writing the output). Checked on the
+    /// arena's growth: BERT-base's regions are added while the same nodes run as in a replay with these rules.
     fn computes_in_place(&self, op: &Op) -> bool {
         matches!(
             op,
-            Op::Activation(
-                Activation::Relu
-                    | Activation::Gelu
-                    | Activation::Sigmoid
-                    | Activation::Tanh
-                    | Activation::LeakyRelu
-                    | Activation::HardSigmoid
-                    | Activation::Elu
-            )
+            Op::Softmax { .. }
+                | Op::Activation(
+                    Activation::Relu
+                        | Activation::Softmax
+                        | Activation::Sigmoid
+                        | Activation::Tanh
+                        | Activation::LeakyRelu
+                        | Activation::HardSigmoid
+                        | Activation::Elu
+                )
         )
     }
 
