@@ -507,6 +507,7 @@ fn a_calibration_fitted_for_these_models_is_applied_and_a_stale_one_is_not() {
         residual_adds: vec![],
         norm_adds: vec![],
         matmul_layers: vec![],
+        pixel_convs: vec![],
         layout_layers: vec![],
         weight_mib: 100.0,
         touched_mib: 150.0,

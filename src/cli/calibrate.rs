@@ -164,6 +164,16 @@ fn print_table(c: &Calibration, path: &Path) {
             median(matmul.iter().map(|m| error(m, k.matmul_extra_for(m.predicted_ms, m.weight_mib))).collect())
         );
     }
+    let pixel: Vec<&DenseLayerPoint> = c.networks.iter().flat_map(|n| &n.pixel_convs).collect();
+    if !c.memory_only && !pixel.is_empty() {
+        let error = |m: &DenseLayerPoint, extra: f64| pct(m.predicted_ms + extra, m.measured_ms).abs();
+        println!(
+            "convolutions over one pixel: {} measured; median |error| {:.1}% raw, {:.1}% with the one-pixel term",
+            pixel.len(),
+            median(pixel.iter().map(|m| error(m, 0.0)).collect()),
+            median(pixel.iter().map(|m| error(m, k.pixel_conv_extra_for(m.predicted_ms, m.weight_mib))).collect())
+        );
+    }
     let layout: Vec<&LayoutPoint> = c.networks.iter().flat_map(|n| &n.layout_layers).collect();
     if !c.memory_only && !layout.is_empty() {
         let error = |l: &LayoutPoint, scale: f64| pct(l.predicted_ms + (1.0 - scale) * l.saved_ms, l.measured_ms).abs();
@@ -179,7 +189,7 @@ fn print_table(c: &Calibration, path: &Path) {
     println!(
         "correction: dense layers {:+.4} ms per MiB of weights above {:.2} MiB, up to {:.1} MiB{}; convolutions \
          computing a residual add {:+.4} ms per MiB of its output; products with a constant weight {:+.1}% {:+.4} ms \
-         per MiB of weights; \
+         per MiB of weights; convolutions over one pixel {:+.1}% {:+.4} ms per MiB of weights; \
          layer latency x {:.4} {:+.4} ms; peak memory {:+.3} MiB {:+.4} MiB per executing layer \
          {:+.4} MiB per weighted one",
         k.dense_weight_ms_per_mib,
@@ -189,6 +199,8 @@ fn print_table(c: &Calibration, path: &Path) {
         k.residual_add_ms_per_mib,
         100.0 * k.matmul_extra_fraction,
         k.matmul_weight_ms_per_mib,
+        100.0 * k.pixel_conv_extra_fraction,
+        k.pixel_conv_weight_ms_per_mib,
         k.latency_scale,
         k.latency_per_layer_ms,
         k.memory_fixed_mib,

@@ -410,6 +410,7 @@ pub(super) fn latency(
                 None => t,
             };
             let weight_bytes = analysis.costs[i].weight_elems * BYTES_PER_ELEMENT;
+            let t = if analysis.is_pixel_convolution(i) { t + c.pixel_conv_extra_ms(t, weight_bytes) } else { t };
             Some(c.layer_latency_ms(net.layers[i].op.layer_type(), weight_bytes, network, t))
         })
         .collect()

@@ -90,6 +90,13 @@ pub fn table(e: &Estimate) -> String {
                 c.matmul_weight_ms_per_mib
             ));
         }
+        if c.pixel_conv_extra_fraction != 0.0 || c.pixel_conv_weight_ms_per_mib != 0.0 {
+            latency.push(format!(
+                "convolutions over one pixel {:+.1}% {:+.4} ms per MiB of weights",
+                100.0 * c.pixel_conv_extra_fraction,
+                c.pixel_conv_weight_ms_per_mib
+            ));
+        }
         if c.latency_scale != 1.0 || c.latency_per_layer_ms != 0.0 {
             latency.push(format!("layer latency x {:.4} {:+.4} ms", c.latency_scale, c.latency_per_layer_ms));
         }

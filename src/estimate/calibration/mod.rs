@@ -197,6 +197,10 @@ pub struct CalibrationPoint {
     /// for the matmul-weights term: predicted with a fused add's time, measured as their node and the add's.
     #[serde(default)]
     pub matmul_layers: Vec<DenseLayerPoint>,
+    /// The network's convolutions over one pixel (squeeze-excite blocks'), for the one-pixel term: predicted
+    /// alone, measured as their node.
+    #[serde(default)]
+    pub pixel_convs: Vec<DenseLayerPoint>,
     /// The network's layers credited with layout conversions, for the layout-credit scale.
     #[serde(default)]
     pub layout_layers: Vec<LayoutPoint>,
@@ -297,6 +301,12 @@ pub struct Correction {
     /// And this much more per MiB of its f32 weights (read from farther than the cache in a network).
     #[serde(default)]
     pub matmul_weight_ms_per_mib: f64,
+    /// A convolution over one pixel takes this fraction of its prediction more in a network...
+    #[serde(default)]
+    pub pixel_conv_extra_fraction: f64,
+    /// ... and this much more per MiB of its f32 weights.
+    #[serde(default)]
+    pub pixel_conv_weight_ms_per_mib: f64,
     /// Added to a layer norm that computes the add before it, per MiB of the add's output.
     #[serde(default)]
     pub norm_add_ms_per_mib: f64,
@@ -327,6 +337,8 @@ impl Correction {
         residual_add_ms_per_mib: 0.0,
         matmul_extra_fraction: 0.0,
         matmul_weight_ms_per_mib: 0.0,
+        pixel_conv_extra_fraction: 0.0,
+        pixel_conv_weight_ms_per_mib: 0.0,
         norm_add_ms_per_mib: 0.0,
         layout_credit_scale: 1.0,
     };
@@ -359,6 +371,16 @@ impl Correction {
         } else {
             0.0
         }
+    }
+
+    /// The one-pixel term of a convolution over one pixel predicted at `predicted_ms` with `weight_bytes` of
+    /// weights.
+    pub fn pixel_conv_extra_ms(&self, predicted_ms: f64, weight_bytes: u64) -> f64 {
+        self.pixel_conv_extra_for(predicted_ms, weight_bytes as f64 / MIB)
+    }
+
+    pub fn pixel_conv_extra_for(&self, predicted_ms: f64, weight_mib: f64) -> f64 {
+        self.pixel_conv_extra_fraction * predicted_ms + self.pixel_conv_weight_ms_per_mib * weight_mib
     }
 
     /// The matmul term of a product with a constant weight of `weight_mib` predicted at `predicted_ms`.
@@ -427,7 +449,9 @@ impl Correction {
         let dense: f64 = p.dense_layers.iter().map(|d| self.dense_weight_ms_for_mib(d.weight_mib, p.size())).sum();
         let residual: f64 = p.residual_adds.iter().map(|r| self.residual_add_ms_per_mib * r.add_mib).sum::<f64>()
             + p.norm_adds.iter().map(|r| self.norm_add_ms_per_mib * r.add_mib).sum::<f64>();
-        let matmul: f64 = p.matmul_layers.iter().map(|m| self.matmul_extra_for(m.predicted_ms, m.weight_mib)).sum();
+        let matmul: f64 =
+            p.matmul_layers.iter().map(|m| self.matmul_extra_for(m.predicted_ms, m.weight_mib)).sum::<f64>()
+                + p.pixel_convs.iter().map(|m| self.pixel_conv_extra_for(m.predicted_ms, m.weight_mib)).sum::<f64>();
         // The points were estimated with the whole layout credit taken off; the estimate takes off this share.
         let credit: f64 = p.layout_layers.iter().map(|l| (1.0 - self.layout_credit_scale) * l.saved_ms).sum();
         self.latency_scale * (p.predicted_latency_ms + dense + residual + matmul + credit)
@@ -523,7 +547,10 @@ impl Calibration {
         let mut dense_only = fit_dense_gate(&networks, core_cache_mib.filter(|c| c.is_finite() && *c > 0.0));
         dense_only.residual_add_ms_per_mib = fit_residual_adds(networks.iter().flat_map(|p| &p.residual_adds));
         dense_only.norm_add_ms_per_mib = fit_residual_adds(networks.iter().flat_map(|p| &p.norm_adds));
-        (dense_only.matmul_extra_fraction, dense_only.matmul_weight_ms_per_mib) = fit_matmul_extra(&networks);
+        (dense_only.matmul_extra_fraction, dense_only.matmul_weight_ms_per_mib) =
+            fit_product_extra(networks.iter().flat_map(|p| &p.matmul_layers));
+        (dense_only.pixel_conv_extra_fraction, dense_only.pixel_conv_weight_ms_per_mib) =
+            fit_product_extra(networks.iter().flat_map(|p| &p.pixel_convs));
         // Latency: measured ≈ scale · (predicted + the terms) + per_layer · layers, weights 1 / measured², with the
         // share of the layout credit that fits the networks best.
         let (layout_credit_scale, mut latency_scale, mut latency_per_layer_ms) =
@@ -564,6 +591,8 @@ impl Calibration {
                 norm_add_ms_per_mib: dense_only.norm_add_ms_per_mib,
                 matmul_extra_fraction: dense_only.matmul_extra_fraction,
                 matmul_weight_ms_per_mib: dense_only.matmul_weight_ms_per_mib,
+                pixel_conv_extra_fraction: dense_only.pixel_conv_extra_fraction,
+                pixel_conv_weight_ms_per_mib: dense_only.pixel_conv_weight_ms_per_mib,
                 layout_credit_scale: dense_only.layout_credit_scale,
             },
             memory_only: false,
@@ -589,6 +618,8 @@ impl Calibration {
         self.correction.norm_add_ms_per_mib = 0.0;
         self.correction.matmul_extra_fraction = 0.0;
         self.correction.matmul_weight_ms_per_mib = 0.0;
+        self.correction.pixel_conv_extra_fraction = 0.0;
+        self.correction.pixel_conv_weight_ms_per_mib = 0.0;
         self.correction.layout_credit_scale = 1.0;
         self.memory_only = true;
         self
@@ -749,9 +780,8 @@ pub fn models_fingerprint(manifest: &Manifest) -> String {
 /// products of ViT and BERT encoders with 128 rows or more took 0-6% less in the networks than predicted, those
 /// of a BERT encoder at 64 tokens 5-11% more: with a fraction alone the 64-token encoder's products came out 8%
 /// low, with the fraction (-6.6%) and 0.041 ms per MiB of weights (25 GB/s) every encoder's were within 4%.
-fn fit_matmul_extra(networks: &[CalibrationPoint]) -> (f64, f64) {
-    let layers: Vec<&DenseLayerPoint> =
-        networks.iter().flat_map(|p| &p.matmul_layers).filter(|m| m.is_usable()).collect();
+fn fit_product_extra<'a>(points: impl Iterator<Item = &'a DenseLayerPoint>) -> (f64, f64) {
+    let layers: Vec<&DenseLayerPoint> = points.filter(|m| m.is_usable()).collect();
     if layers.len() < MIN_MATMUL_LAYERS {
         return (0.0, 0.0);
     }
@@ -1150,6 +1180,7 @@ mod tests {
             residual_adds: vec![],
             norm_adds: vec![],
             matmul_layers: vec![],
+            pixel_convs: vec![],
             layout_layers: vec![],
             weight_mib: 10.0 * layers as f64,
             touched_mib: 0.0,
@@ -1355,6 +1386,40 @@ mod tests {
         points[3].matmul_layers.truncate(MIN_MATMUL_LAYERS - 1);
         let few = Calibration::fit("dev", "learned", "h", points, Some(2.0)).unwrap();
         assert_eq!(few.correction.matmul_extra_fraction, 0.0);
+    }
+
+    /// Convolutions over one pixel have a term of their own, fitted on them alone: the products' term is not
+    /// moved by them, nor theirs by the products.
+    #[test]
+    fn convolutions_over_one_pixel_fit_their_own_term() {
+        let layers = |extra_fraction: f64, per_mib: f64| -> Vec<DenseLayerPoint> {
+            (0..24)
+                .map(|i| {
+                    let weight_mib = [0.02, 0.08, 0.3, 0.6][i % 4];
+                    let predicted_ms = [0.003, 0.005, 0.007][i % 3];
+                    DenseLayerPoint {
+                        layer: format!("p{i}"),
+                        weight_mib,
+                        predicted_ms,
+                        measured_ms: (1.0 + extra_fraction) * predicted_ms + per_mib * weight_mib,
+                    }
+                })
+                .collect()
+        };
+        let mut points = vec![point("a", 10, 5.0, 20.0), point("b", 200, 80.0, 150.0), point("c", 50, 3.0, 4.0)];
+        points.push(CalibrationPoint {
+            pixel_convs: layers(0.5, 0.04),
+            matmul_layers: layers(-0.05, 0.01),
+            ..point("d", 60, 7.0, 30.0)
+        });
+        let c = Calibration::fit("dev", "learned", "h", points, Some(2.0)).unwrap();
+        let k = &c.correction;
+        assert!((k.pixel_conv_extra_fraction - 0.5).abs() < 1e-9, "{k:?}");
+        assert!((k.pixel_conv_weight_ms_per_mib - 0.04).abs() < 1e-9, "{k:?}");
+        assert!((k.matmul_extra_fraction + 0.05).abs() < 1e-9 && (k.matmul_weight_ms_per_mib - 0.01).abs() < 1e-9);
+        assert!((k.pixel_conv_extra_ms(0.004, 1 << 20) - (0.5 * 0.004 + 0.04)).abs() < 1e-12);
+        let memory = c.memory_only().correction;
+        assert_eq!((memory.pixel_conv_extra_fraction, memory.pixel_conv_weight_ms_per_mib), (0.0, 0.0));
     }
 
     #[test]

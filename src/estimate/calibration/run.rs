@@ -263,6 +263,25 @@ fn calibration_point(
             })
         })
         .collect();
+    // Convolutions over one pixel: their node's time.
+    let pixel_convs = estimate
+        .layers
+        .iter()
+        .zip(&measured.layers)
+        .zip(costs)
+        .enumerate()
+        .filter(|(i, ((e, m), _))| {
+            analysis.is_pixel_convolution(*i) && e.predictor.fused_into().is_none() && m.latency_ms > 0.0
+        })
+        .filter_map(|(_, ((e, m), cost))| {
+            Some(DenseLayerPoint {
+                layer: e.name.clone(),
+                weight_mib: (cost.weight_elems * BYTES_PER_ELEMENT) as f64 / MIB,
+                predicted_ms: e.latency_ms?,
+                measured_ms: m.latency_ms * to_nominal,
+            })
+        })
+        .collect();
     let layout_layers = layout_points(estimator, net, estimate)?
         .into_iter()
         .filter_map(|mut p| {
@@ -276,6 +295,7 @@ fn calibration_point(
         residual_adds,
         norm_adds,
         matmul_layers,
+        pixel_convs,
         layout_layers,
         weight_mib,
         touched_mib,
@@ -515,6 +535,7 @@ fn refit_point(
         dense_layers: retimed(&recorded.dense_layers),
         layout_layers,
         matmul_layers: retimed(&recorded.matmul_layers),
+        pixel_convs: retimed(&recorded.pixel_convs),
         residual_adds,
         norm_adds,
         executing_layers: estimate.executing_layers(),
