@@ -137,6 +137,8 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
             options.reorder_ms_per_mib = Some(rate);
         }
     }
+    let recorded =
+        perfmodel::train::ModelStore::open(&dirs.models, &args.device).ok().and_then(|s| s.engine_answers_here());
     options.host_engine = match profile {
         // ONNX Runtime's layout follows from a layer's shape and the block of the machine the profile records.
         Ok(p) if p.executor == "onnxruntime" => {
@@ -150,28 +152,21 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
             );
             HostEngine::OnnxRuntime { nchwc_block }
         }
-        // Another machine whose tract answers as this one's: the device's current models record the kernels and
-        // caches tract was asked about where they were trained, and they are this host's. The engine features
-        // then describe the device's machine although they are computed here (a retrain in a newer store format
-        // does not need the device's host).
-        Ok(p)
-            if p.check_host(host).is_err()
-                && p.host
-                && p.executor == "tract"
-                && perfmodel::train::ModelStore::open(&dirs.models, &args.device)
-                    .is_ok_and(|s| s.engine_answers_here()) =>
-        {
+        // Another machine whose tract answers as this one's: the device's current models record the kernels (and,
+        // with tract's tiles, the caches) tract was asked about where they were trained, and they are this host's.
+        // The engine features then describe the device's machine although they are computed here (a retrain in a
+        // newer store format does not need the device's host); tiles only when the caches are known to match.
+        Ok(p) if p.check_host(host).is_err() && p.host && p.executor == "tract" && recorded.is_some() => {
+            use perfmodel::train::store::RecordedEngine;
             eprintln!(
-                "device '{}' was measured on another machine, whose models record the same tract kernels and caches \
-                 as this one ({}, {}): its engine features are computed here as they were there",
+                "device '{}' was measured on another machine, whose models record the same tract answers as this                  one gives ({}, {}): its engine features are computed here as they were there",
                 args.device,
                 perfmodel::engine::packing::host_isa(),
                 perfmodel::engine::packing::host_caches()
             );
-            if p.threads == 1 {
-                HostEngine::LayoutsAndTiles
-            } else {
-                HostEngine::Layouts
+            match recorded {
+                Some(RecordedEngine::LayoutsAndTiles) if p.threads == 1 => HostEngine::LayoutsAndTiles,
+                _ => HostEngine::Layouts,
             }
         }
         Ok(p) if p.check_host(host).is_err() => {

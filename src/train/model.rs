@@ -389,6 +389,9 @@ mod gather {
     /// Times both walks on a forest like a stored latency model (48 trees, about 3 MB of nodes, more than a
     /// core's own cache) over the same rows, alternately, and compares their best rounds. About 10 ms.
     fn vector_walk_is_faster() -> bool {
+        if !capable() {
+            return false;
+        }
         const FEATURES: usize = 16;
         const DEPTH: usize = 12;
         let mut state = 0x9e37_79b9_7f4a_7c15u64;

@@ -231,6 +231,15 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
+/// What a store's models record of the engine where they were trained ([`ModelStore::engine_answers_here`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordedEngine {
+    /// Packed weights only: the instruction set is known to match, the caches are not.
+    Layouts,
+    /// Packed weights and tract's lowering and tiles: the instruction set and the caches match.
+    LayoutsAndTiles,
+}
+
 /// The devices under `models_dir` whose models were trained on this machine ([`ModelStore::trained_here`]),
 /// sorted; directories without a store that opens are skipped. For the hint given when a device's models come
 /// from another machine: it opens every store, so it is not for a hot path.
@@ -447,27 +456,33 @@ impl ModelStore {
         self.predictors.values().any(|p| p.engine_features().is_some()) && self.trained_elsewhere().is_none()
     }
 
-    /// Whether the models record what tract answered where they were trained (the latency models' engine
-    /// features, the memory models' packed weights) and tract answers the same here: the same kernels and
-    /// caches. Features computed here then describe that machine, so its rows can be retrained here (in a newer
-    /// store format, say) with them; its speed is another matter, which the device's profile tells.
-    pub fn engine_answers_here(&self) -> bool {
-        let mut recorded = false;
+    /// What of tract's answers where the models were trained they record, when every record is this machine's
+    /// answer too: the packed weights (memory models; the instruction set decides them) and, when a latency
+    /// model saw tract's lowering and tiles, those (the instruction set and the caches decide them). Features
+    /// computed here then describe that machine as far as the records go, so its rows can be retrained here (in a
+    /// newer store format, say) with them; its speed is another matter, which the device's profile tells.
+    /// `None`: nothing recorded, or a record another machine's tract answered.
+    pub fn engine_answers_here(&self) -> Option<RecordedEngine> {
+        let (mut weights, mut tiles) = (false, false);
         for p in self.predictors.values() {
             if let Some(e) = p.engine_features().filter(|e| e.shape.asks_tract()) {
-                recorded = true;
                 if !e.applies() {
-                    return false;
+                    return None;
                 }
+                tiles = true;
             }
             if let Some(w) = p.known_part().and_then(|k| k.engine_weights.as_ref()) {
-                recorded = true;
                 if !w.applies() {
-                    return false;
+                    return None;
                 }
+                weights = true;
             }
         }
-        recorded
+        match (weights, tiles) {
+            (_, true) => Some(RecordedEngine::LayoutsAndTiles),
+            (true, false) => Some(RecordedEngine::Layouts),
+            (false, false) => None,
+        }
     }
 
     /// Layer types with at least one predictor.

@@ -78,10 +78,11 @@ pub const CALIBRATION_FORMAT: u32 = 4;
 /// convolutions, depthwise and grouped convolutions without their batch norm and activation; 2: the engine's
 /// per-layer structure measured and counted as resident, batch norms holding a scale and a shift with tract; 3:
 /// tract's lazy im2col convolutions hold their input through the product and their padded copy twice while it
-/// is made (peak memory only).
+/// is made (peak memory only); 4: ONNX Runtime's softmax written into its input and GELU into a tensor of its
+/// own, and its graph order wherever no layer runs blocked (peak memory only).
 /// (Residual adds inside products with a constant weight came later without a bump: they change no network
 /// without such products, i.e. nothing any calibration of rules 2 was fitted on.)
-pub const ESTIMATOR_RULES: u32 = 3;
+pub const ESTIMATOR_RULES: u32 = 4;
 
 use crate::units::MIB;
 
@@ -452,8 +453,17 @@ impl Correction {
         let matmul: f64 =
             p.matmul_layers.iter().map(|m| self.matmul_extra_for(m.predicted_ms, m.weight_mib)).sum::<f64>()
                 + p.pixel_convs.iter().map(|m| self.pixel_conv_extra_for(m.predicted_ms, m.weight_mib)).sum::<f64>();
-        // The points were estimated with the whole layout credit taken off; the estimate takes off this share.
-        let credit: f64 = p.layout_layers.iter().map(|l| (1.0 - self.layout_credit_scale) * l.saved_ms).sum();
+        // The points were estimated with the whole layout credit taken off; the estimate takes off this share,
+        // before a convolution over one pixel takes its fraction more.
+        let pixel = |layer: &str| p.pixel_convs.iter().any(|c| c.layer == layer);
+        let credit: f64 = p
+            .layout_layers
+            .iter()
+            .map(|l| {
+                let grown = if pixel(&l.layer) { 1.0 + self.pixel_conv_extra_fraction } else { 1.0 };
+                (1.0 - self.layout_credit_scale) * l.saved_ms * grown
+            })
+            .sum();
         self.latency_scale * (p.predicted_latency_ms + dense + residual + matmul + credit)
             + self.latency_per_layer_ms * p.executing_layers as f64
     }

@@ -463,6 +463,7 @@ pub fn refit(
                 + p.residual_adds.len()
                 + p.norm_adds.len()
                 + p.matmul_layers.len()
+                + p.pixel_convs.len()
                 + p.layout_layers.len()
         };
         let dropped = layer_points(recorded).saturating_sub(layer_points(&point));
