@@ -159,7 +159,8 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
         Ok(p) if p.check_host(host).is_err() && p.host && p.executor == "tract" && recorded.is_some() => {
             use perfmodel::train::store::RecordedEngine;
             eprintln!(
-                "device '{}' was measured on another machine, whose models record the same tract answers as this                  one gives ({}, {}): its engine features are computed here as they were there",
+                "device '{}' was measured on another machine, whose models record the same tract answers as this \
+                 one gives ({}, {}): its engine features are computed here as they were there",
                 args.device,
                 perfmodel::engine::packing::host_isa(),
                 perfmodel::engine::packing::host_caches()
