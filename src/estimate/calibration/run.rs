@@ -15,7 +15,7 @@ use crate::engine::{NetworkProfile, RoundPlan, TractExecutor};
 use crate::error::{Error, Result};
 use crate::estimate::memory::BYTES_PER_ELEMENT;
 use crate::estimate::validation::{bench_with_speed_probe, nominal_probe_ms, NetworkError, Validation};
-use crate::estimate::{structure, Estimate, Estimator, Method};
+use crate::estimate::{structure, Estimate, Estimator, LayerEstimate, Method};
 use crate::layer::{LayerCost, LayerType};
 use crate::network::Network;
 use crate::units::MIB;
@@ -219,22 +219,26 @@ fn calibration_point(
     let to_nominal = row.measured_latency_at_nominal_ms.map_or(1.0, |n| n / measured.total.latency_ms);
     let analysis = net.analyze()?;
     let costs = &analysis.costs[..];
-    let dense_layers = estimate
-        .layers
-        .iter()
-        .zip(&measured.layers)
-        .zip(costs)
-        .filter(|((e, _), _)| e.layer_type == LayerType::Dense && e.predictor.fused_into().is_none())
-        .filter(|((_, m), _)| m.latency_ms > 0.0)
-        .filter_map(|((e, m), cost)| {
-            Some(DenseLayerPoint {
-                layer: e.name.clone(),
-                weight_mib: (cost.weight_elems * BYTES_PER_ELEMENT) as f64 / MIB,
-                predicted_ms: e.latency_ms?,
-                measured_ms: m.latency_ms * to_nominal,
+    // The executing layers `pick` chooses (by index and estimate) with a measured node: their node's time.
+    let own_time_points = |pick: &dyn Fn(usize, &LayerEstimate) -> bool| -> Vec<DenseLayerPoint> {
+        estimate
+            .layers
+            .iter()
+            .zip(&measured.layers)
+            .zip(costs)
+            .enumerate()
+            .filter(|(i, ((e, m), _))| pick(*i, e) && e.predictor.fused_into().is_none() && m.latency_ms > 0.0)
+            .filter_map(|(_, ((e, m), cost))| {
+                Some(DenseLayerPoint {
+                    layer: e.name.clone(),
+                    weight_mib: (cost.weight_elems * BYTES_PER_ELEMENT) as f64 / MIB,
+                    predicted_ms: e.latency_ms?,
+                    measured_ms: m.latency_ms * to_nominal,
+                })
             })
-        })
-        .collect();
+            .collect()
+    };
+    let dense_layers = own_time_points(&|_, e| e.layer_type == LayerType::Dense);
     let NetworkSize { weight_mib, touched_mib } = NetworkSize::of(costs, &estimator.rules.plan(net, &analysis));
     // Layers by name: a fused add is named by the layer whose product computes it.
     let index: HashMap<&str, usize> = net.layers.iter().enumerate().map(|(i, l)| (l.name.as_str(), i)).collect();
@@ -264,24 +268,7 @@ fn calibration_point(
         })
         .collect();
     // Convolutions over one pixel: their node's time.
-    let pixel_convs = estimate
-        .layers
-        .iter()
-        .zip(&measured.layers)
-        .zip(costs)
-        .enumerate()
-        .filter(|(i, ((e, m), _))| {
-            analysis.is_pixel_convolution(*i) && e.predictor.fused_into().is_none() && m.latency_ms > 0.0
-        })
-        .filter_map(|(_, ((e, m), cost))| {
-            Some(DenseLayerPoint {
-                layer: e.name.clone(),
-                weight_mib: (cost.weight_elems * BYTES_PER_ELEMENT) as f64 / MIB,
-                predicted_ms: e.latency_ms?,
-                measured_ms: m.latency_ms * to_nominal,
-            })
-        })
-        .collect();
+    let pixel_convs = own_time_points(&|i, _| analysis.is_pixel_convolution(i));
     let layout_layers = layout_points(estimator, net, estimate)?
         .into_iter()
         .filter_map(|mut p| {
