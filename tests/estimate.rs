@@ -508,6 +508,7 @@ fn a_calibration_fitted_for_these_models_is_applied_and_a_stale_one_is_not() {
         norm_adds: vec![],
         matmul_layers: vec![],
         pixel_convs: vec![],
+        input_convs: vec![],
         layout_layers: vec![],
         weight_mib: 100.0,
         touched_mib: 150.0,
@@ -578,6 +579,21 @@ fn a_calibration_fitted_for_these_models_is_applied_and_a_stale_one_is_not() {
     assert!(close(d_latency(2.0 * d_mib, 0.0, network_mib), 1.5 * d_raw + 0.1));
     assert!(close(d_latency(2.0 * d_mib, d_mib, network_mib), with_term), "within the core's cache");
     assert!(close(d_latency(0.5 * d_mib, 0.0, 0.0), 1.5 * d_raw + 0.1));
+
+    // The input term: the convolution fed by the network's input (c1, 3x8x8 f32) gets +50% of its prediction and
+    // 3 ms per MiB of that input, before the scale; no other layer moves.
+    let mut input = written.clone();
+    input["correction"]["input_conv_extra_fraction"] = Value::from(0.5);
+    input["correction"]["input_conv_ms_per_input_mib"] = Value::from(3.0);
+    std::fs::write(models.join("dev/calibration.json"), input.to_string()).unwrap();
+    let with_input = json_of(&perfmodel(dir.path(), &args));
+    let input_mib = (3 * 8 * 8 * 4) as f64 / 1048576.0;
+    for (layer, before) in with_input["layers"].as_array().unwrap().iter().zip(v["layers"].as_array().unwrap()) {
+        let (t, t0) = (layer["latency_ms"].as_f64().unwrap(), before["latency_ms"].as_f64().unwrap());
+        let raw_c1 = raw["layers"][0]["latency_ms"].as_f64().unwrap();
+        let want = if layer["name"] == "c1" { 1.5 * (1.5 * raw_c1 + 3.0 * input_mib) + 0.1 } else { t0 };
+        assert!(close(t, want), "{}: {t} vs {want}", layer["name"]);
+    }
     std::fs::write(models.join("dev/calibration.json"), written.to_string()).unwrap();
 
     // --uncalibrated gives the raw sums back.

@@ -2,7 +2,9 @@
 //! architectures (see `perfmodel::estimate::calibration` for why and what is fitted).
 
 use perfmodel::estimate::calibration::{calibrate, refit, zoo_networks, CalibrateOptions};
-use perfmodel::estimate::calibration::{Calibration, DenseLayerPoint, LayoutPoint, NetworkSize, ResidualAddPoint};
+use perfmodel::estimate::calibration::{
+    Calibration, DenseLayerPoint, InputConvPoint, LayoutPoint, NetworkSize, ResidualAddPoint,
+};
 use perfmodel::estimate::DEFAULT_DEVICE;
 use perfmodel::Dirs;
 use std::path::{Path, PathBuf};
@@ -174,6 +176,17 @@ fn print_table(c: &Calibration, path: &Path) {
             median(pixel.iter().map(|m| error(m, k.pixel_conv_extra_for(m.predicted_ms, m.weight_mib))).collect())
         );
     }
+    let input: Vec<&InputConvPoint> = c.networks.iter().flat_map(|n| &n.input_convs).collect();
+    if !c.memory_only && !input.is_empty() {
+        let error = |m: &InputConvPoint, extra: f64| pct(m.predicted_ms + extra, m.measured_ms).abs();
+        println!(
+            "convolutions reading the network input: {} measured; median |error| {:.1}% raw, {:.1}% with the input \
+             term",
+            input.len(),
+            median(input.iter().map(|m| error(m, 0.0)).collect()),
+            median(input.iter().map(|m| error(m, k.input_conv_extra_for(m.predicted_ms, m.input_mib))).collect())
+        );
+    }
     let layout: Vec<&LayoutPoint> = c.networks.iter().flat_map(|n| &n.layout_layers).collect();
     if !c.memory_only && !layout.is_empty() {
         let error = |l: &LayoutPoint, scale: f64| pct(l.predicted_ms + (1.0 - scale) * l.saved_ms, l.measured_ms).abs();
@@ -189,8 +202,8 @@ fn print_table(c: &Calibration, path: &Path) {
     println!(
         "correction: dense layers {:+.4} ms per MiB of weights above {:.2} MiB, up to {:.1} MiB{}; convolutions \
          computing a residual add {:+.4} ms per MiB of its output; products with a constant weight {:+.1}% {:+.4} ms \
-         per MiB of weights; convolutions over one pixel {:+.1}% {:+.4} ms per MiB of weights; \
-         layer latency x {:.4} {:+.4} ms; peak memory {:+.3} MiB {:+.4} MiB per executing layer \
+         per MiB of weights; convolutions over one pixel {:+.1}% {:+.4} ms per MiB of weights; convolutions reading \
+         the network input {:+.1}% {:+.4} ms per MiB of input; layer latency x {:.4} {:+.4} ms; peak memory {:+.3} MiB {:+.4} MiB per executing layer \
          {:+.4} MiB per weighted one",
         k.dense_weight_ms_per_mib,
         k.dense_weight_floor_mib,
@@ -201,6 +214,8 @@ fn print_table(c: &Calibration, path: &Path) {
         k.matmul_weight_ms_per_mib,
         100.0 * k.pixel_conv_extra_fraction,
         k.pixel_conv_weight_ms_per_mib,
+        100.0 * k.input_conv_extra_fraction,
+        k.input_conv_ms_per_input_mib,
         k.latency_scale,
         k.latency_per_layer_ms,
         k.memory_fixed_mib,

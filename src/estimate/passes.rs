@@ -385,6 +385,7 @@ pub(super) fn latency(
 ) -> Vec<Option<f64>> {
     let network = crate::estimate::calibration::NetworkSize::of(&analysis.costs, plan);
     let norm_add = norm_adds(net, plan);
+    let input_conv = input_convolutions(net, analysis, plan);
     let mut own: Vec<Option<f64>> = answers.iter().map(|a| a.latency_ms).collect();
     if let Some((rules, ms_per_mib)) = layout {
         // The calibration's share of the credit (fitted on estimates with all of it).
@@ -411,7 +412,43 @@ pub(super) fn latency(
             };
             let weight_bytes = analysis.costs[i].weight_elems * BYTES_PER_ELEMENT;
             let t = if analysis.is_pixel_convolution(i) { t + c.pixel_conv_extra_ms(t, weight_bytes) } else { t };
+            let t = if input_conv[i] { t + c.input_conv_extra_ms(t, input_bytes(analysis, i)) } else { t };
             Some(c.layer_latency_ms(net.layers[i].op.layer_type(), weight_bytes, network, t))
+        })
+        .collect()
+}
+
+/// The f32 bytes layer `i` reads (all its inputs, whole batch).
+pub(crate) fn input_bytes(analysis: &Analysis, i: usize) -> u64 {
+    analysis.costs[i].input_elems * BYTES_PER_ELEMENT
+}
+
+/// Per layer, whether it is a convolution that reads the network's input: directly, or through layers that do
+/// not run of their own (a zero padding the engine folds into it). Such a layer reads an input the caller wrote
+/// before the run and writes into a buffer the previous run last used; looped alone it finds both in its caches.
+/// On the `zen4` host ONNX Runtime's 3x3 stride-2 stems of 224x224 images to 16-32 channels took 2-3x their time
+/// alone in their networks, and tract's too, which the calibration's input term counts. A convolution over one
+/// pixel has a term of its own and is not one of these.
+pub(crate) fn input_convolutions(net: &Network, analysis: &Analysis, plan: &Plan) -> Vec<bool> {
+    let n = net.layers.len();
+    // Whether layer j's output is the network input passed through layers that do not run.
+    let mut carries_input = vec![false; n];
+    let mut reads_input = vec![false; n];
+    for j in 0..n {
+        let from_input = analysis.sources[j].iter().any(|s| match *s {
+            Source::Input => true,
+            Source::Layer(k) => carries_input[k],
+        });
+        reads_input[j] = from_input;
+        carries_input[j] = from_input && !plan.runs(j);
+    }
+    (0..n)
+        .map(|i| {
+            reads_input[i]
+                && plan.runs(i)
+                && matches!(net.layers[i].op, Op::Conv2d(_))
+                && analysis.costs[i].weight_elems > 0
+                && !analysis.is_pixel_convolution(i)
         })
         .collect()
 }
@@ -815,8 +852,36 @@ pub(super) fn totals(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::rules::OnnxRuntime;
+    use crate::engine::rules::{OnnxRuntime, Tract};
     use crate::engine::GraphOptimization;
+
+    /// The convolutions that read the network's input: the stem behind a padding folded into it and a second
+    /// branch on the input; not a convolution after the stem, nor a dense layer, nor a pooling.
+    #[test]
+    fn input_convolutions_are_the_convolutions_fed_by_the_network_input() {
+        let net = Network::from_json_str(
+            r#"{"name": "stems", "batch_size": 2, "input_shape": [3, 16, 16], "layers": [
+              {"name": "pad", "type": "zero_padding2d", "padding": [1, 1, 1, 1]},
+              {"name": "stem", "type": "conv2d", "filters": 8, "kernel": [3,3], "strides": [2,2]},
+              {"name": "bn", "type": "batch_norm"},
+              {"name": "c2", "type": "conv2d", "filters": 8, "kernel": [1,1]},
+              {"name": "side", "type": "conv2d", "filters": 8, "kernel": [2,2], "strides": [2,2], "inputs": ["input"]},
+              {"name": "pool", "type": "max_pool2d", "pool_size": [2,2], "inputs": ["input"]},
+              {"name": "sum", "type": "add", "inputs": ["c2", "side"]}]}"#,
+            "stems.json",
+        )
+        .unwrap();
+        let analysis = net.analyze().unwrap();
+        for rules in [&Tract as &dyn EngineRules, &OnnxRuntime { level: GraphOptimization::All, nchwc_block: 16 }] {
+            let plan = rules.plan(&net, &analysis);
+            let flagged = input_convolutions(&net, &analysis, &plan);
+            let names: Vec<&str> =
+                (0..net.layers.len()).filter(|&i| flagged[i]).map(|i| net.layers[i].name.as_str()).collect();
+            assert_eq!(names, ["stem", "side"], "{}", rules.name());
+        }
+        // The stem reads the padded input, both images.
+        assert_eq!(input_bytes(&analysis, 1), 2 * 3 * 18 * 18 * 4);
+    }
 
     /// ONNX Runtime's walk of an attention block: the key's projection before the query's, the scores and their
     /// softmax before the values' projection (its profile's order for a BERT encoder).

@@ -97,6 +97,13 @@ pub fn table(e: &Estimate) -> String {
                 c.pixel_conv_weight_ms_per_mib
             ));
         }
+        if c.input_conv_extra_fraction != 0.0 || c.input_conv_ms_per_input_mib != 0.0 {
+            latency.push(format!(
+                "convolutions reading the network input {:+.1}% {:+.4} ms per MiB of input",
+                100.0 * c.input_conv_extra_fraction,
+                c.input_conv_ms_per_input_mib
+            ));
+        }
         if c.latency_scale != 1.0 || c.latency_per_layer_ms != 0.0 {
             latency.push(format!("layer latency x {:.4} {:+.4} ms", c.latency_scale, c.latency_per_layer_ms));
         }

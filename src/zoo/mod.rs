@@ -82,7 +82,8 @@ pub fn holdout() -> Vec<ZooEntry> {
 }
 
 /// Networks only `calibrate` runs (besides the architectures): small networks with dense layers larger than a
-/// core's cache, see [`calibration_nets`]. Never sampled, never validated on.
+/// core's cache, see [`calibration_nets`], and a short-sequence BERT-base encoder ([`transformer::bert_base_s64`]).
+/// Never sampled, never validated on.
 pub fn calibration() -> Vec<ZooEntry> {
     vec![
         entry("dqn_2013", calibration_nets::dqn_2013, calibration_nets::DQN_2013_PARAMS),
@@ -96,6 +97,7 @@ pub fn calibration() -> Vec<ZooEntry> {
         entry("mobilenetv2_050_160", calibration_nets::mobilenetv2_050_160, calibration_nets::MOBILENETV2_050_PARAMS),
         entry("mobilenetv2_050_224", calibration_nets::mobilenetv2_050_224, calibration_nets::MOBILENETV2_050_PARAMS),
         entry("mobilenetv2_075_192", calibration_nets::mobilenetv2_075_192, calibration_nets::MOBILENETV2_075_PARAMS),
+        entry("bert_base_encoder_s64", transformer::bert_base_s64, transformer::BERT_BASE_PARAMS),
     ]
 }
 

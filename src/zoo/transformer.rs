@@ -135,6 +135,12 @@ pub fn bert_base_s512() -> Network {
     bert("bert_base_encoder_s512", 512, 768, 12, 12).build()
 }
 
+/// BERT-base on 64 tokens (calibration only: never sampled): with BERT-small's 64 tokens, the encoders whose
+/// products read more weights than rows, which a network reads from farther than the products looped alone.
+pub fn bert_base_s64() -> Network {
+    bert("bert_base_encoder_s64", 64, 768, 12, 12).build()
+}
+
 /// BERT-small (512 features, 8 heads, 4 blocks) on 64 tokens.
 pub fn bert_small_s64() -> Network {
     bert("bert_small_encoder_s64", 64, 512, 8, 4).build()

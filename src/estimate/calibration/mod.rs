@@ -107,6 +107,17 @@ impl DenseLayerPoint {
     }
 }
 
+/// A convolution that reads the network's input (a stem): predicted alone, measured as its node in the run
+/// (brought to nominal speed like the network's total).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InputConvPoint {
+    pub layer: String,
+    /// The f32 input it reads, MiB (the network's input, padded when a padding runs inside it).
+    pub input_mib: f64,
+    pub predicted_ms: f64,
+    pub measured_ms: f64,
+}
+
 /// Fewest products with a constant weight the matmul-weights term is fitted on; with fewer it stays 0.
 pub const MIN_MATMUL_LAYERS: usize = 8;
 
@@ -202,6 +213,10 @@ pub struct CalibrationPoint {
     /// alone, measured as their node.
     #[serde(default)]
     pub pixel_convs: Vec<DenseLayerPoint>,
+    /// The network's convolutions that read its input, for the input term: predicted alone, measured as their
+    /// node.
+    #[serde(default)]
+    pub input_convs: Vec<InputConvPoint>,
     /// The network's layers credited with layout conversions, for the layout-credit scale.
     #[serde(default)]
     pub layout_layers: Vec<LayoutPoint>,
@@ -308,6 +323,12 @@ pub struct Correction {
     /// ... and this much more per MiB of its f32 weights.
     #[serde(default)]
     pub pixel_conv_weight_ms_per_mib: f64,
+    /// A convolution that reads the network's input takes this fraction of its prediction more in a network...
+    #[serde(default)]
+    pub input_conv_extra_fraction: f64,
+    /// ... and this much more per MiB of that input.
+    #[serde(default)]
+    pub input_conv_ms_per_input_mib: f64,
     /// Added to a layer norm that computes the add before it, per MiB of the add's output.
     #[serde(default)]
     pub norm_add_ms_per_mib: f64,
@@ -340,6 +361,8 @@ impl Correction {
         matmul_weight_ms_per_mib: 0.0,
         pixel_conv_extra_fraction: 0.0,
         pixel_conv_weight_ms_per_mib: 0.0,
+        input_conv_extra_fraction: 0.0,
+        input_conv_ms_per_input_mib: 0.0,
         norm_add_ms_per_mib: 0.0,
         layout_credit_scale: 1.0,
     };
@@ -382,6 +405,16 @@ impl Correction {
 
     pub fn pixel_conv_extra_for(&self, predicted_ms: f64, weight_mib: f64) -> f64 {
         self.pixel_conv_extra_fraction * predicted_ms + self.pixel_conv_weight_ms_per_mib * weight_mib
+    }
+
+    /// The input term of a convolution that reads the network's input, `input_bytes` of it, predicted at
+    /// `predicted_ms`.
+    pub fn input_conv_extra_ms(&self, predicted_ms: f64, input_bytes: u64) -> f64 {
+        self.input_conv_extra_for(predicted_ms, input_bytes as f64 / MIB)
+    }
+
+    pub fn input_conv_extra_for(&self, predicted_ms: f64, input_mib: f64) -> f64 {
+        self.input_conv_extra_fraction * predicted_ms + self.input_conv_ms_per_input_mib * input_mib
     }
 
     /// The matmul term of a product with a constant weight of `weight_mib` predicted at `predicted_ms`.
@@ -452,15 +485,23 @@ impl Correction {
             + p.norm_adds.iter().map(|r| self.norm_add_ms_per_mib * r.add_mib).sum::<f64>();
         let matmul: f64 =
             p.matmul_layers.iter().map(|m| self.matmul_extra_for(m.predicted_ms, m.weight_mib)).sum::<f64>()
-                + p.pixel_convs.iter().map(|m| self.pixel_conv_extra_for(m.predicted_ms, m.weight_mib)).sum::<f64>();
+                + p.pixel_convs.iter().map(|m| self.pixel_conv_extra_for(m.predicted_ms, m.weight_mib)).sum::<f64>()
+                + p.input_convs.iter().map(|m| self.input_conv_extra_for(m.predicted_ms, m.input_mib)).sum::<f64>();
         // The points were estimated with the whole layout credit taken off; the estimate takes off this share,
-        // before a convolution over one pixel takes its fraction more.
+        // before a convolution over one pixel or reading the input takes its fraction more.
         let pixel = |layer: &str| p.pixel_convs.iter().any(|c| c.layer == layer);
+        let input = |layer: &str| p.input_convs.iter().any(|c| c.layer == layer);
         let credit: f64 = p
             .layout_layers
             .iter()
             .map(|l| {
-                let grown = if pixel(&l.layer) { 1.0 + self.pixel_conv_extra_fraction } else { 1.0 };
+                let grown = if pixel(&l.layer) {
+                    1.0 + self.pixel_conv_extra_fraction
+                } else if input(&l.layer) {
+                    1.0 + self.input_conv_extra_fraction
+                } else {
+                    1.0
+                };
                 (1.0 - self.layout_credit_scale) * l.saved_ms * grown
             })
             .sum();
@@ -557,10 +598,14 @@ impl Calibration {
         let mut dense_only = fit_dense_gate(&networks, core_cache_mib.filter(|c| c.is_finite() && *c > 0.0));
         dense_only.residual_add_ms_per_mib = fit_residual_adds(networks.iter().flat_map(|p| &p.residual_adds));
         dense_only.norm_add_ms_per_mib = fit_residual_adds(networks.iter().flat_map(|p| &p.norm_adds));
+        let sized = |m: &DenseLayerPoint| (m.predicted_ms, m.weight_mib, m.measured_ms);
         (dense_only.matmul_extra_fraction, dense_only.matmul_weight_ms_per_mib) =
-            fit_product_extra(networks.iter().flat_map(|p| &p.matmul_layers));
+            fit_product_extra(networks.iter().flat_map(|p| &p.matmul_layers).map(sized));
         (dense_only.pixel_conv_extra_fraction, dense_only.pixel_conv_weight_ms_per_mib) =
-            fit_product_extra(networks.iter().flat_map(|p| &p.pixel_convs));
+            fit_product_extra(networks.iter().flat_map(|p| &p.pixel_convs).map(sized));
+        (dense_only.input_conv_extra_fraction, dense_only.input_conv_ms_per_input_mib) = fit_product_extra(
+            networks.iter().flat_map(|p| &p.input_convs).map(|m| (m.predicted_ms, m.input_mib, m.measured_ms)),
+        );
         // Latency: measured ≈ scale · (predicted + the terms) + per_layer · layers, weights 1 / measured², with the
         // share of the layout credit that fits the networks best.
         let (layout_credit_scale, mut latency_scale, mut latency_per_layer_ms) =
@@ -603,6 +648,8 @@ impl Calibration {
                 matmul_weight_ms_per_mib: dense_only.matmul_weight_ms_per_mib,
                 pixel_conv_extra_fraction: dense_only.pixel_conv_extra_fraction,
                 pixel_conv_weight_ms_per_mib: dense_only.pixel_conv_weight_ms_per_mib,
+                input_conv_extra_fraction: dense_only.input_conv_extra_fraction,
+                input_conv_ms_per_input_mib: dense_only.input_conv_ms_per_input_mib,
                 layout_credit_scale: dense_only.layout_credit_scale,
             },
             memory_only: false,
@@ -630,6 +677,8 @@ impl Calibration {
         self.correction.matmul_weight_ms_per_mib = 0.0;
         self.correction.pixel_conv_extra_fraction = 0.0;
         self.correction.pixel_conv_weight_ms_per_mib = 0.0;
+        self.correction.input_conv_extra_fraction = 0.0;
+        self.correction.input_conv_ms_per_input_mib = 0.0;
         self.correction.layout_credit_scale = 1.0;
         self.memory_only = true;
         self
@@ -790,13 +839,17 @@ pub fn models_fingerprint(manifest: &Manifest) -> String {
 /// products of ViT and BERT encoders with 128 rows or more took 0-6% less in the networks than predicted, those
 /// of a BERT encoder at 64 tokens 5-11% more: with a fraction alone the 64-token encoder's products came out 8%
 /// low, with the fraction (-6.6%) and 0.041 ms per MiB of weights (25 GB/s) every encoder's were within 4%.
-fn fit_product_extra<'a>(points: impl Iterator<Item = &'a DenseLayerPoint>) -> (f64, f64) {
-    let layers: Vec<&DenseLayerPoint> = points.filter(|m| m.is_usable()).collect();
+///
+/// The same form, with the same fit, serves the convolutions over one pixel (per MiB of weights) and those that
+/// read the network's input (per MiB of that input): each point is (predicted ms, size MiB, measured ms).
+fn fit_product_extra(points: impl Iterator<Item = (f64, f64, f64)>) -> (f64, f64) {
+    let layers: Vec<(f64, f64, f64)> =
+        points.filter(|&(p, w, m)| [p, w, m].iter().all(|v| v.is_finite() && *v > 0.0)).collect();
     if layers.len() < MIN_MATMUL_LAYERS {
         return (0.0, 0.0);
     }
     let fraction_only = || {
-        let ratios: Vec<f64> = layers.iter().map(|m| m.predicted_ms / m.measured_ms).collect();
+        let ratios: Vec<f64> = layers.iter().map(|&(p, _, m)| p / m).collect();
         let scale = ratios.iter().sum::<f64>() / ratios.iter().map(|r| r * r).sum::<f64>();
         if scale.is_finite() && scale > 0.5 {
             (scale - 1.0, 0.0)
@@ -807,8 +860,8 @@ fn fit_product_extra<'a>(points: impl Iterator<Item = &'a DenseLayerPoint>) -> (
     // Relative least squares of measured ≈ s · predicted + a · weight: minimise Σ (s·x + a·w - 1)² with
     // x = predicted / measured and w = weight MiB / measured.
     let (mut sxx, mut sxw, mut sww, mut sx, mut sw) = (0.0, 0.0, 0.0, 0.0, 0.0);
-    for m in &layers {
-        let (x, w) = (m.predicted_ms / m.measured_ms, m.weight_mib / m.measured_ms);
+    for &(predicted, size, measured) in &layers {
+        let (x, w) = (predicted / measured, size / measured);
         (sxx, sxw, sww, sx, sw) = (sxx + x * x, sxw + x * w, sww + w * w, sx + x, sw + w);
     }
     let det = sxx * sww - sxw * sxw;
@@ -1191,6 +1244,7 @@ mod tests {
             norm_adds: vec![],
             matmul_layers: vec![],
             pixel_convs: vec![],
+            input_convs: vec![],
             layout_layers: vec![],
             weight_mib: 10.0 * layers as f64,
             touched_mib: 0.0,
@@ -1430,6 +1484,45 @@ mod tests {
         assert!((k.pixel_conv_extra_ms(0.004, 1 << 20) - (0.5 * 0.004 + 0.04)).abs() < 1e-12);
         let memory = c.memory_only().correction;
         assert_eq!((memory.pixel_conv_extra_fraction, memory.pixel_conv_weight_ms_per_mib), (0.0, 0.0));
+    }
+
+    /// Convolutions that read the network's input fit a fraction and a term per MiB of that input, on their own
+    /// times; the one-pixel term is not moved by them, and a network's calibrated total counts them.
+    #[test]
+    fn convolutions_reading_the_input_fit_their_own_term() {
+        let stems: Vec<InputConvPoint> = (0..12)
+            .map(|i| {
+                let input_mib = [0.01, 0.29, 0.57, 1.02][i % 4];
+                let predicted_ms = [0.08, 0.2, 2.1][i % 3];
+                InputConvPoint {
+                    layer: format!("s{i}"),
+                    input_mib,
+                    predicted_ms,
+                    measured_ms: 1.1 * predicted_ms + 0.25 * input_mib,
+                }
+            })
+            .collect();
+        let mut points = vec![point("a", 10, 5.0, 20.0), point("b", 200, 80.0, 150.0), point("c", 50, 3.0, 4.0)];
+        points.push(CalibrationPoint { input_convs: stems.clone(), ..point("d", 60, 7.0, 30.0) });
+        let c = Calibration::fit("dev", "learned", "h", points, Some(2.0)).unwrap();
+        let k = c.correction;
+        assert!((k.input_conv_extra_fraction - 0.1).abs() < 1e-9, "{k:?}");
+        assert!((k.input_conv_ms_per_input_mib - 0.25).abs() < 1e-9, "{k:?}");
+        assert_eq!((k.pixel_conv_extra_fraction, k.pixel_conv_weight_ms_per_mib), (0.0, 0.0));
+        assert!((k.input_conv_extra_ms(0.2, 1 << 20) - (0.1 * 0.2 + 0.25)).abs() < 1e-12);
+        // The network's total grows by its stems' terms (then scaled like every layer).
+        let d = &c.networks[3];
+        let without = Correction { input_conv_extra_fraction: 0.0, input_conv_ms_per_input_mib: 0.0, ..k };
+        let extra: f64 = stems.iter().map(|m| 0.1 * m.predicted_ms + 0.25 * m.input_mib).sum();
+        let grown = k.network_latency_ms(d) - without.network_latency_ms(d);
+        assert!((grown - k.latency_scale * extra).abs() < 1e-9, "{grown} vs {extra}");
+        // Too few stems: no term.
+        let few = CalibrationPoint { input_convs: stems[..3].to_vec(), ..point("d", 60, 7.0, 30.0) };
+        let points = vec![point("a", 10, 5.0, 20.0), point("b", 200, 80.0, 150.0), point("c", 50, 3.0, 4.0), few];
+        let k = Calibration::fit("dev", "learned", "h", points, Some(2.0)).unwrap().correction;
+        assert_eq!((k.input_conv_extra_fraction, k.input_conv_ms_per_input_mib), (0.0, 0.0));
+        let memory = c.memory_only().correction;
+        assert_eq!((memory.input_conv_extra_fraction, memory.input_conv_ms_per_input_mib), (0.0, 0.0));
     }
 
     #[test]

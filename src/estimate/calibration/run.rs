@@ -5,8 +5,8 @@
 //! many machines through the C ABI) needs the same runs, the same points and the same refusals.
 
 use super::{
-    models_fingerprint, read_core_cache_mib, Calibration, CalibrationPoint, DenseLayerPoint, LayoutPoint, NetworkSize,
-    ResidualAddPoint, MIN_NETWORKS,
+    models_fingerprint, read_core_cache_mib, Calibration, CalibrationPoint, DenseLayerPoint, InputConvPoint,
+    LayoutPoint, NetworkSize, ResidualAddPoint, MIN_NETWORKS,
 };
 use crate::collect::profile::DeviceProfile;
 use crate::device::Fingerprint;
@@ -239,7 +239,8 @@ fn calibration_point(
             .collect()
     };
     let dense_layers = own_time_points(&|_, e| e.layer_type == LayerType::Dense);
-    let NetworkSize { weight_mib, touched_mib } = NetworkSize::of(costs, &estimator.rules.plan(net, &analysis));
+    let plan = estimator.rules.plan(net, &analysis);
+    let NetworkSize { weight_mib, touched_mib } = NetworkSize::of(costs, &plan);
     // Layers by name: a fused add is named by the layer whose product computes it.
     let index: HashMap<&str, usize> = net.layers.iter().enumerate().map(|(i, l)| (l.name.as_str(), i)).collect();
     // Convolutions that compute a residual add: their node's time and the add's (0 when tract fused it).
@@ -269,6 +270,16 @@ fn calibration_point(
         .collect();
     // Convolutions over one pixel: their node's time.
     let pixel_convs = own_time_points(&|i, _| analysis.is_pixel_convolution(i));
+    // Convolutions that read the network's input: their node's time.
+    let reads_input = crate::estimate::passes::input_convolutions(net, &analysis, &plan);
+    let input_convs = own_time_points(&|i, _| reads_input[i])
+        .into_iter()
+        .filter_map(|p| {
+            let i = *index.get(p.layer.as_str())?;
+            let input_mib = crate::estimate::passes::input_bytes(&analysis, i) as f64 / MIB;
+            Some(InputConvPoint { layer: p.layer, input_mib, predicted_ms: p.predicted_ms, measured_ms: p.measured_ms })
+        })
+        .collect();
     let layout_layers = layout_points(estimator, net, estimate)?
         .into_iter()
         .filter_map(|mut p| {
@@ -283,6 +294,7 @@ fn calibration_point(
         norm_adds,
         matmul_layers,
         pixel_convs,
+        input_convs,
         layout_layers,
         weight_mib,
         touched_mib,
@@ -451,6 +463,7 @@ pub fn refit(
                 + p.norm_adds.len()
                 + p.matmul_layers.len()
                 + p.pixel_convs.len()
+                + p.input_convs.len()
                 + p.layout_layers.len()
         };
         let dropped = layer_points(recorded).saturating_sub(layer_points(&point));
@@ -524,6 +537,11 @@ fn refit_point(
         layout_layers,
         matmul_layers: retimed(&recorded.matmul_layers),
         pixel_convs: retimed(&recorded.pixel_convs),
+        input_convs: recorded
+            .input_convs
+            .iter()
+            .filter_map(|p| Some(InputConvPoint { predicted_ms: own_time(&p.layer)?, ..p.clone() }))
+            .collect(),
         residual_adds,
         norm_adds,
         executing_layers: estimate.executing_layers(),
