@@ -66,8 +66,9 @@ pub struct Scaling {
 }
 
 /// What zero-shot estimates showed in validation (docs/devices.md: the three shipped tract devices combined on a
-/// machine none was made on, 22 networks, 2 runs; one device alone was off by up to 34-39% on another machine).
-pub const ZERO_SHOT_EXPECTED_ERROR: &str = "±25% (a median of 6%; one device alone, up to ±40%)";
+/// machine none was made on, 22 networks, two runs on each of two days: medians 6.2-8.2%, worst 21-23%; one device
+/// alone was off by up to 34-39% on another machine).
+pub const ZERO_SHOT_EXPECTED_ERROR: &str = "±25% (a median of 6-8%; one device alone, up to ±40%)";
 
 impl Request {
     pub fn with_device(mut self, device: Option<String>) -> Request {
