@@ -19,7 +19,7 @@ pub struct Args {
     device: String,
     /// Timed rounds per network (the median is used; with 10 or more, only the rounds near nominal speed count
     /// when at least 10 are, as in `validate`)
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     rounds: u64,
     /// Untimed warm-up runs per network
     #[arg(long, default_value_t = 2)]

@@ -339,7 +339,7 @@ impl DeviceProfile {
         };
         let how = if recorded.arch != host.arch {
             format!(
-                "'{name}' is a profile for a {arch} machine: run perfmodel on that machine itself (install Rust with \
+                "'{name}' is a profile for an {arch} machine: run perfmodel on that machine itself (install Rust with \
                  rustup there, copy this repository over, build it with 'cargo build --release' and run \
                  'target/release/perfmodel collect --device {name}'); to measure this host, make a device for it \
                  with 'perfmodel device init NAME'",

@@ -22,8 +22,9 @@ use crate::units::MIB;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-/// How a calibration runs and what it fits. `Default`: 5 rounds after 2 warm-ups in turns of 5, the speed probe
-/// on, latency terms for dense layers and residual adds only.
+/// How a calibration runs and what it fits. `Default`: 10 rounds after 2 warm-ups in two turns of 5 (so that a
+/// network's rounds do not all fall in one slow moment of a shared machine, and the rounds near nominal speed can
+/// be kept), the speed probe on, latency terms for dense layers and residual adds only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CalibrateOptions {
     pub rounds: usize,
@@ -43,7 +44,7 @@ pub struct CalibrateOptions {
 impl Default for CalibrateOptions {
     fn default() -> CalibrateOptions {
         CalibrateOptions {
-            rounds: 5,
+            rounds: 10,
             warmup: 2,
             block: 5,
             speed_probe: true,
