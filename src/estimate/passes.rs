@@ -385,7 +385,11 @@ pub(super) fn latency(
 ) -> Vec<Option<f64>> {
     let network = crate::estimate::calibration::NetworkSize::of(&analysis.costs, plan);
     let norm_add = norm_adds(net, plan);
-    let input_conv = input_convolutions(net, analysis, plan);
+    // Which layers read the network's input, only when the calibration has a term for them (every estimate of a
+    // NAS loop passes here).
+    let input_conv = correction
+        .filter(|c| c.input_conv_extra_fraction != 0.0 || c.input_conv_ms_per_input_mib != 0.0)
+        .map(|_| input_convolutions(net, analysis, plan));
     let mut own: Vec<Option<f64>> = answers.iter().map(|a| a.latency_ms).collect();
     if let Some((rules, ms_per_mib)) = layout {
         // The calibration's share of the credit (fitted on estimates with all of it).
@@ -412,7 +416,10 @@ pub(super) fn latency(
             };
             let weight_bytes = analysis.costs[i].weight_elems * BYTES_PER_ELEMENT;
             let t = if analysis.is_pixel_convolution(i) { t + c.pixel_conv_extra_ms(t, weight_bytes) } else { t };
-            let t = if input_conv[i] { t + c.input_conv_extra_ms(t, input_bytes(analysis, i)) } else { t };
+            let t = match &input_conv {
+                Some(reads) if reads[i] => t + c.input_conv_extra_ms(t, input_bytes(analysis, i)),
+                _ => t,
+            };
             Some(c.layer_latency_ms(net.layers[i].op.layer_type(), weight_bytes, network, t))
         })
         .collect()
