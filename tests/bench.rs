@@ -255,3 +255,38 @@ fn a_lazy_im2col_keeps_its_offset_tables_resident_as_the_estimate_counts_them() 
         plan as f64 / MIB
     );
 }
+
+#[test]
+fn a_one_by_one_convolution_packs_its_input_as_the_estimate_counts_it() {
+    // Two 1x1 convolutions on the output of a 3x3 one, each its input's only reader: over more pixels than
+    // filters tract packs the input as the product's left operand (row panels aligned to the kernel's needs),
+    // over fewer as its right one. The trace's packing node holds exactly that copy beside what was live.
+    let dir = tempfile::tempdir().unwrap();
+    let net = r#"{"name": "packs", "batch_size": 1, "input_shape": [8, 56, 56],
+      "layers": [
+        {"name": "c3", "type": "conv2d", "filters": 72, "kernel": [3,3], "padding": "same"},
+        {"name": "few_filters", "type": "conv2d", "filters": 24, "kernel": [1,1]},
+        {"name": "pool", "type": "max_pool2d", "pool_size": [8,8]},
+        {"name": "many_filters", "type": "conv2d", "filters": 480, "kernel": [1,1]}]}"#;
+    std::fs::write(dir.path().join("packs.json"), net).unwrap();
+    let args = ["bench", "packs.json", "--rounds", "1", "--warmup", "0", "--memory-trace", "t.csv"];
+    let out = perfmodel(dir.path(), &args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let trace = std::fs::read_to_string(dir.path().join("t.csv")).unwrap();
+    let network = perfmodel::Network::from_json_str(net, "packs.json").unwrap();
+    let analysis = network.analyze().unwrap();
+    for (i, layer, operand) in [(1, "few_filters", "pack_a"), (3, "many_filters", "pack_b")] {
+        let packed = perfmodel::engine::packing::packed_input_bytes(analysis.config(i)).unwrap();
+        let input = analysis.costs[i].input_elems * 4;
+        assert!(packed > input, "{layer}: the packed copy {packed} B pads the {input} B input");
+        let node = trace
+            .lines()
+            .map(|l| l.split(',').collect::<Vec<_>>())
+            .find(|c| c[2] == layer && c[1] == "OptMatMulPack")
+            .unwrap_or_else(|| panic!("no packing node for {layer}:\n{trace}"));
+        assert!(node[0].ends_with(operand), "{layer}: {node:?}");
+        let held = (node[4].parse::<f64>().unwrap() - node[3].parse::<f64>().unwrap()) * 1024.0 * 1024.0;
+        // Beside the copy, the packed value's own bookkeeping: a few hundred bytes.
+        assert!((held - packed as f64).abs() < 1024.0, "{layer}: the packing node held {held} B, counted {packed} B");
+    }
+}

@@ -1016,6 +1016,11 @@ fn a_concat_only_one_by_one_convolutions_read_is_never_built_with_the_shipped_tr
         trace.lines().map(cells).filter(|c| c[2] == layer).map(|c| c[1].clone()).collect()
     };
     assert!(ops_of("cat").is_empty() && ops_of("cat2") == ["Concat"], "{trace}");
+    // Both squeezes run one product per part of their concat, built or not, as the estimate counts them.
+    for squeeze in ["squeeze", "squeeze2"] {
+        let products = ops_of(squeeze).iter().filter(|op| *op == "OptMatMul").count();
+        assert_eq!(products, 2, "{squeeze}: {trace}");
+    }
     // The paleo baseline models no engine: there the concat runs.
     let paleo = json_of(&perfmodel(
         dir.path(),

@@ -444,6 +444,40 @@ pub fn tract_weight_bytes(config: &LayerConfig) -> Option<u64> {
     }
 }
 
+/// Bytes of the packed copy of its input that tract makes while a 1×1 convolution runs (stride 1, one group,
+/// batch 1: its `pack_a`/`pack_b` node), `None` for other layers. tract's `EinSumMatMul::codegen` makes the
+/// larger of the filters and the pixels the product's rows: over more pixels than filters the input is the
+/// product's left operand, packed in the kernel's row panels, otherwise its right one. A panel holds `k + 1`
+/// records (tract-linalg's end padding) and left panels are aligned to 512 bytes on AVX-512, so the copy is
+/// not the input's size: traced in DenseNet-121, 224 channels on 56×56 packed into 3.06 MiB (1.14x the input),
+/// 16 channels on 112×112 in MnasNet into 2x. The memory models learn a layer measured alone, where the input is
+/// the caller's and tract first copies it to reshape it: a median 2.0x the input ([`ConvShape::workspace_bytes`]).
+pub fn packed_input_bytes(config: &LayerConfig) -> Option<u64> {
+    let Op::Conv2d(c) = &config.op else { return None };
+    if c.kernel != [1, 1] || c.groups != 1 || c.strides != [1, 1] || config.batch != 1 {
+        return None;
+    }
+    let (m, k, n) = conv_shape(config)?.matmul();
+    if m == 0 || k == 0 || n == 0 {
+        return None;
+    }
+    thread_local! {
+        static PACKED: RefCell<HashMap<(usize, usize, usize), Option<u64>>> = RefCell::new(HashMap::default());
+    }
+    cached(&PACKED, (m, k, n), CACHE_LIMIT, || {
+        let (rows, cols) = if m < n { (n, m) } else { (m, n) };
+        let query = Query::plain(DatumType::F32, Some(rows), Some(k), Some(cols));
+        let (kernel, packing, _) = MmmDispatch::native().pick(&query)?;
+        let (left, right) = kernel.packings().get(packing)?;
+        let bytes = if m < n {
+            left.mem_size(TDim::from(k), TDim::from(n))
+        } else {
+            right.mem_size(TDim::from(k), TDim::from(n))
+        };
+        bytes.to_i64().ok().and_then(|b| u64::try_from(b).ok())
+    })
+}
+
 /// Bytes tract builds with a layer's plan and keeps for the whole run besides its weights
 /// ([`ConvShape::plan_bytes`]); 0 for layers without such tables or shapes that do not validate.
 pub fn tract_plan_bytes(config: &LayerConfig) -> u64 {

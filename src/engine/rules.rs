@@ -69,8 +69,9 @@ pub enum Role {
 pub struct Kernel {
     /// A residual add this layer's product computes as it stores its output ([`Fusion::ResidualAdd`]).
     pub fused_add: Option<usize>,
-    /// The concat this layer reads part by part, one product per part ([`Fusion::UnbuiltConcat`]).
-    pub unbuilt_concat: Option<usize>,
+    /// The concat this layer reads part by part, one product per part: a concat the engine never builds
+    /// ([`Fusion::UnbuiltConcat`]), or one it builds for other readers and this layer reads in slices.
+    pub concat_by_part: Option<usize>,
 }
 
 /// A network as an engine runs it: one [`Role`] per layer, in the network's order.
@@ -288,6 +289,13 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         )
     }
 
+    /// Bytes of the packed copy of its input a layer makes while it runs in a network, when the engine's own
+    /// answer is known exactly (tract's 1×1 convolutions: [`crate::engine::packing::packed_input_bytes`]); the
+    /// layer's workspace when it is the input's only reader. `None`: the memory model's answer stands.
+    fn packed_input_bytes(&self, _config: &LayerConfig) -> Option<u64> {
+        None
+    }
+
     /// Scratch a layer holds at least while it runs, whatever its memory model answers, beyond its input and
     /// output (`input_kept`: the input outlives the layer: the caller's, or one other layers read too). tract
     /// pads a lazy im2col convolution's input into a new tensor first (`Conv::wire_as_lazy_im2col`): its `Pad`
@@ -359,7 +367,7 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
             } else if let Some((owner, via)) = self.epilogue_owner(net, &analysis.sources, &consumers, &roles, i) {
                 inside(owner, via, Fusion::Epilogue)
             } else {
-                Role::Runs(Kernel { fused_add: fused_add_of[i], unbuilt_concat: reads_concat[i] })
+                Role::Runs(Kernel { fused_add: fused_add_of[i], concat_by_part: reads_concat[i] })
             };
             roles.push(role);
         }
@@ -538,7 +546,7 @@ mod tests {
     fn tract_runs_a_projection_block_s_add_and_relu_inside_the_first_product() {
         let (net, plan) = plan_of(&Tract, PROJECTION);
         let [short, short_bn, main, add, out] = ["short", "short_bn", "main", "add", "out"].map(|n| index(&net, n));
-        assert_eq!(plan.kernel(short), Some(Kernel { fused_add: Some(add), unbuilt_concat: None }));
+        assert_eq!(plan.kernel(short), Some(Kernel { fused_add: Some(add), concat_by_part: None }));
         assert_eq!(plan.role(short_bn), Role::Inside { owner: short, via: short, fusion: Fusion::Epilogue });
         assert_eq!(plan.kernel(main), Some(Kernel::default()));
         assert_eq!(plan.role(add), Role::Inside { owner: short, via: short_bn, fusion: Fusion::ResidualAdd });
@@ -584,7 +592,7 @@ mod tests {
         plan.run_add_alone(a1);
         assert!(plan.runs(a1));
         assert_eq!(plan.role(a2), Role::Inside { owner: q, via: r, fusion: Fusion::ResidualAdd });
-        assert_eq!(plan.kernel(q), Some(Kernel { fused_add: Some(a2), unbuilt_concat: None }));
+        assert_eq!(plan.kernel(q), Some(Kernel { fused_add: Some(a2), concat_by_part: None }));
     }
 
     #[test]
@@ -605,7 +613,24 @@ mod tests {
         assert!(tract.runs(bn) && tract.runs(relu), "{tract:?}");
         assert_eq!((generic.owner(bn), generic.owner(relu)), (Some(dw), Some(dw)));
         assert_eq!(tract.role(cat), Role::Inside { owner: pw, via: pw, fusion: Fusion::UnbuiltConcat });
-        assert_eq!(tract.kernel(pw), Some(Kernel { fused_add: None, unbuilt_concat: Some(cat) }));
+        assert_eq!(tract.kernel(pw), Some(Kernel { fused_add: None, concat_by_part: Some(cat) }));
         assert!(generic.runs(cat) && generic.kernel(pw) == Some(Kernel::default()));
+    }
+
+    #[test]
+    fn a_concat_a_pool_reads_too_is_built_and_its_one_by_one_readers_still_take_it_part_by_part() {
+        // GoogLeNet's inception output: a max pooling and 1×1 convolutions read it.
+        let text = r#"{"name": "inception", "input_shape": [8, 8, 8], "layers": [
+            {"name": "a", "type": "conv2d", "filters": 4, "kernel": [3, 3], "padding": "same"},
+            {"name": "cat", "type": "concat", "inputs": ["a", "input"]},
+            {"name": "pool", "type": "max_pool2d", "pool_size": [3, 3], "strides": [1, 1], "padding": "same"},
+            {"name": "pw", "type": "conv2d", "filters": 4, "kernel": [1, 1], "inputs": ["cat"]},
+            {"name": "three", "type": "conv2d", "filters": 4, "kernel": [3, 3], "padding": "same", "inputs": ["cat"]},
+            {"name": "out", "type": "concat", "inputs": ["pool", "pw", "three"]}]}"#;
+        let (net, tract) = plan_of(&Tract, text);
+        let [cat, pw, three] = ["cat", "pw", "three"].map(|n| index(&net, n));
+        assert!(tract.runs(cat), "{tract:?}");
+        assert_eq!(tract.kernel(pw), Some(Kernel { fused_add: None, concat_by_part: Some(cat) }));
+        assert_eq!(tract.kernel(three), Some(Kernel::default()), "a 3×3 convolution reads the built concat");
     }
 }

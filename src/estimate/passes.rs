@@ -233,7 +233,7 @@ pub(super) fn predict(
                         None => plan.run_add_alone(add),
                     }
                 }
-                let part_workspace = match (kernel.unbuilt_concat, held.workspace_bytes) {
+                let part_workspace = match (kernel.concat_by_part, held.workspace_bytes) {
                     (Some(concat), Some(_)) => {
                         let parts = &analysis.config(concat).input_shapes;
                         let output_bytes = cost.output_elems * BYTES_PER_ELEMENT;
@@ -587,7 +587,7 @@ pub(super) fn memory(
             Some(s) => {
                 let own_kind = rules.structure_kind_of(analysis.config(i));
                 let kind = rules.structure_kind(net, &analysis.sources, plan, i, own_kind);
-                let products = kernel.unbuilt_concat.map_or(1, |concat| analysis.sources[concat].len().max(1));
+                let products = kernel.concat_by_part.map_or(1, |concat| analysis.sources[concat].len().max(1));
                 let activation = rules.own_activation_kind(&layer.op).map_or(0.0, |k| s.bytes(k));
                 structure_bytes += s.bytes(kind) * products as f64 + activation;
                 s.bytes(own_kind).max(0.0) as u64
@@ -609,6 +609,14 @@ pub(super) fn memory(
                     _ => true,
                 };
                 let workspace = workspace.max(rules.workspace_floor_bytes(analysis.config(i), input_kept));
+                // Alone, the input is the caller's and the engine may copy it before packing; in the network a
+                // packing layer that is its input's only reader holds the packed copy alone.
+                let packed = if input_kept || kernel.concat_by_part.is_some() {
+                    None
+                } else {
+                    rules.packed_input_bytes(analysis.config(i))
+                };
+                let workspace = packed.unwrap_or(workspace);
                 (held.weight_bytes, held.plan_bytes, workspace)
             }
             None => (cost.weight_elems * BYTES_PER_ELEMENT, 0, 0),
@@ -622,7 +630,7 @@ pub(super) fn memory(
             workspace_bytes,
             executes: true,
             in_place: rules.computes_in_place(&layer.op),
-            packs_input: rules.copies_input_when_packing(analysis.config(i)) && kernel.unbuilt_concat.is_none(),
+            packs_input: rules.copies_input_when_packing(analysis.config(i)) && kernel.concat_by_part.is_none(),
             keeps_inputs: false,
             adds_into_first: false,
         });

@@ -164,6 +164,11 @@ pub fn probes() -> Vec<Probe> {
         for (kind, op) in in_chain {
             add(kind, chain(kind, image.clone(), &dw, &[op], Place::InChain), 1);
         }
+        // ShuffleNet's channel shuffle (a reshape, a transpose and a reshape in tract's plan) and its halves.
+        let shuffle = Op::ChannelShuffle { groups: 2 };
+        add("channel_shuffle", chain("channel-shuffle", image.clone(), &dw, &[shuffle], Place::InChain), 1);
+        let half = Op::ChannelSlice { start: 0, end: c / 2 };
+        add("channel_slice", chain("channel-slice", image.clone(), &dw, &[half], Place::Branch), 1);
         add("add", chain("add", image.clone(), &dw, &[Op::Add], Place::Merge), 1);
         add("multiply", chain("multiply", image.clone(), &dw, &[Op::Multiply], Place::Merge), 1);
         let branches: [(&'static str, Op); 5] = [

@@ -377,7 +377,9 @@ fn fused_add_points(
 /// each recorded network (found by name among [`zoo_networks`]) is estimated anew, uncalibrated, with the engine
 /// structure measured at calibration time, and the correction is fitted on the recorded measurements against
 /// these estimates. Nothing runs. Models that describe their machine's engine (tract's lowering and tiles there)
-/// are refused on another machine unless `allow_other_machine`, as [`calibrate`] refuses them.
+/// are refused on another machine unless `allow_other_machine`, as [`calibrate`] refuses them. The engine
+/// structure is kept, and the kinds measured since it was (new probes) are measured on the machine it was
+/// measured on ([`with_new_kinds`]).
 ///
 /// Why: retraining a device's models (a new learner, a new store format) on the same data changes every
 /// prediction and so voids the calibration, whose measurements are still those of the device's machine. A
@@ -397,9 +399,9 @@ pub fn refit(
             dirs.models.join(device).display()
         ))
     })?;
-    let estimator = Estimator::open_method(&old.method, device, dirs)?
-        .without_calibration()
-        .with_engine_structure(old.engine_structure.clone());
+    let estimator = Estimator::open_method(&old.method, device, dirs)?.without_calibration();
+    let structure = with_new_kinds(old.engine_structure.clone(), &estimator, log)?;
+    let estimator = estimator.with_engine_structure(structure.clone());
     let Method::Learned(store) = estimator.method() else {
         return Err(Error::Invalid(format!("calibration of the '{}' method, which has no model store", old.method)));
     };
@@ -494,7 +496,7 @@ pub fn refit(
         log(format!("note: the whole-network latency terms are dropped: {why}"));
     }
     calibration.machine_speed_ratio = old.machine_speed_ratio;
-    calibration.engine_structure = old.engine_structure;
+    calibration.engine_structure = structure;
     calibration.measured = Some(old.measured.unwrap_or(old.created));
     let path = calibration.save(&dirs.models)?;
     Ok((calibration, path))
@@ -552,4 +554,33 @@ fn refit_point(
         touched_mib: size.touched_mib,
         ..recorded.clone()
     }
+}
+
+/// `structure` with the kinds it lacks measured here (probes added to [`structure::probes`] after it was
+/// measured), when it describes tract on this machine: the models are of this machine's tract and the
+/// structure was measured with them. The kinds it has are kept as measured. `estimator` counts no structure.
+fn with_new_kinds(
+    structure: Option<structure::EngineStructure>,
+    estimator: &Estimator,
+    log: &mut dyn FnMut(String),
+) -> Result<Option<structure::EngineStructure>> {
+    let Some(mut structure) = structure else { return Ok(None) };
+    let this_engine = format!("tract {}", crate::engine::TRACT_VERSION);
+    if !estimator.models_tract() || estimator.trained_elsewhere().is_some() || structure.engine != this_engine {
+        return Ok(Some(structure));
+    }
+    let probes: Vec<structure::Probe> =
+        structure::probes().into_iter().filter(|p| !structure.bytes_per_layer.contains_key(p.kind)).collect();
+    if probes.is_empty() {
+        return Ok(Some(structure));
+    }
+    let mut kinds: Vec<&str> = probes.iter().map(|p| p.kind).collect();
+    kinds.dedup();
+    log(format!("measuring the engine's per-layer structure of {} kinds it lacks ({})", kinds.len(), kinds.join(", ")));
+    if let Some(new) = structure::measure(&probes, &TractExecutor::new(1)?, estimator)? {
+        structure.bytes_per_layer.extend(new.bytes_per_layer);
+    } else {
+        log("note: heap use cannot be counted in this process; the new kinds are not measured".to_string());
+    }
+    Ok(Some(structure))
 }
