@@ -120,6 +120,9 @@ struct Held {
     plan_bytes: u64,
     /// `None` without a memory prediction.
     workspace_bytes: Option<u64>,
+    /// The memory model counts the engine's packing as this machine's engine packs (the device's machine's
+    /// instruction set): what the engine is asked about its copies describes the device.
+    packs_here: bool,
 }
 
 impl Prediction {
@@ -131,7 +134,7 @@ impl Prediction {
             let io_bytes = (cost.input_elems + cost.output_elems) * BYTES_PER_ELEMENT;
             predicted.saturating_sub(io_bytes.saturating_add(weight_bytes).saturating_add(plan_bytes))
         });
-        Held { weight_bytes, plan_bytes, workspace_bytes }
+        Held { weight_bytes, plan_bytes, workspace_bytes, packs_here: self.weight_bytes.is_some() }
     }
 }
 
@@ -611,7 +614,7 @@ pub(super) fn memory(
                 let workspace = workspace.max(rules.workspace_floor_bytes(analysis.config(i), input_kept));
                 // Alone, the input is the caller's and the engine may copy it before packing; in the network a
                 // packing layer that is its input's only reader holds the packed copy alone.
-                let packed = if input_kept || kernel.concat_by_part.is_some() {
+                let packed = if input_kept || kernel.concat_by_part.is_some() || !held.packs_here {
                     None
                 } else {
                     rules.packed_input_bytes(analysis.config(i))
