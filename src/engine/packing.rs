@@ -478,6 +478,12 @@ pub fn packed_input_bytes(config: &LayerConfig) -> Option<u64> {
     })
 }
 
+/// A convolution layer's output shape (filters, height, width), from the per-thread cache of
+/// [`ConvShape`]s: the same as [`LayerConfig::output_shape`] for a config that validates, `None` otherwise.
+pub fn conv_output_shape(config: &LayerConfig) -> Option<[usize; 3]> {
+    conv_shape(config).map(|s| [s.filters, s.out[0], s.out[1]])
+}
+
 /// Bytes tract builds with a layer's plan and keeps for the whole run besides its weights
 /// ([`ConvShape::plan_bytes`]); 0 for layers without such tables or shapes that do not validate.
 pub fn tract_plan_bytes(config: &LayerConfig) -> u64 {
@@ -494,7 +500,37 @@ pub fn conv_lowering(config: &LayerConfig) -> Option<ConvLowering> {
     Some(cached(&LOWERINGS, shape, CACHE_LIMIT, || shape.lowering()))
 }
 
+/// What a convolution's [`ConvShape`] depends on: the op's fields, a rank-3 input, the batch and how many
+/// inputs the config has (which validation checks).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct ConvKey {
+    conv: (usize, [usize; 2], [usize; 2], [usize; 2], usize, crate::layer::Padding, bool, crate::layer::Activation),
+    input: [usize; 3],
+    batch: usize,
+    inputs: usize,
+}
+
+/// [`ConvShape`] of a convolution layer, `None` for other layers and configs that do not validate. Cached per
+/// thread: an estimate asks it of every convolution several times (lowering, tables, packing, structure kind),
+/// and validating the config and inferring its output shape each time was a fifth of a NAS candidate's estimate.
 fn conv_shape(config: &LayerConfig) -> Option<ConvShape> {
+    let Op::Conv2d(c) = &config.op else { return None };
+    let Some(&[channels, height, width]) = config.input_shapes.first().map(Vec::as_slice) else {
+        return conv_shape_of(config);
+    };
+    thread_local! {
+        static SHAPES: RefCell<HashMap<ConvKey, Option<ConvShape>>> = RefCell::new(HashMap::default());
+    }
+    let key = ConvKey {
+        conv: (c.filters, c.kernel, c.strides, c.dilation, c.groups, c.padding, c.use_bias, c.activation),
+        input: [channels, height, width],
+        batch: config.batch,
+        inputs: config.input_shapes.len(),
+    };
+    cached(&SHAPES, key, CACHE_LIMIT, || conv_shape_of(config))
+}
+
+fn conv_shape_of(config: &LayerConfig) -> Option<ConvShape> {
     let Op::Conv2d(c) = &config.op else { return None };
     let input = config.input_shapes.first()?;
     let out = config.output_shape().ok()?;

@@ -311,8 +311,8 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         if crate::engine::packing::conv_lowering(config) != Some(crate::engine::packing::ConvLowering::Lazy) {
             return 0;
         }
-        let (Some(input @ [channels, h, w]), Ok(out)) =
-            (config.input_shapes.first().map(|s| s.as_slice()), config.output_shape())
+        let (Some(input @ [channels, h, w]), Some(out)) =
+            (config.input_shapes.first().map(|s| s.as_slice()), crate::engine::packing::conv_output_shape(config))
         else {
             return 0;
         };
