@@ -406,14 +406,20 @@ pub struct PmResult {
 
 impl From<&Estimate> for PmResult {
     fn from(e: &Estimate) -> Self {
+        PmResult::of(&e.total, e.layers.len(), e.uncovered.len())
+    }
+}
+
+impl PmResult {
+    fn of(total: &crate::estimate::Totals, layers: usize, uncovered: usize) -> PmResult {
         PmResult {
-            latency_ms: e.total.latency_ms,
-            energy_mj: e.total.energy_mj.unwrap_or(f64::NAN),
-            peak_memory_mib: e.total.peak_memory_mib,
-            memory_two_largest_mib: e.total.memory_two_largest_mib,
-            memory_two_mean_mib: e.total.memory_two_mean_mib,
-            layers: e.layers.len() as u64,
-            uncovered: e.uncovered.len() as u64,
+            latency_ms: total.latency_ms,
+            energy_mj: total.energy_mj.unwrap_or(f64::NAN),
+            peak_memory_mib: total.peak_memory_mib,
+            memory_two_largest_mib: total.memory_two_largest_mib,
+            memory_two_mean_mib: total.memory_two_mean_mib,
+            layers: layers as u64,
+            uncovered: uncovered as u64,
         }
     }
 }
@@ -615,8 +621,9 @@ pub unsafe extern "C" fn pm_estimate_layers(
         let layers = c_slice(layers, n, "layers")?;
         let input_shape = c_slice(input_shape, rank, "input_shape")?;
         let net = network_from_layers(layers, input_shape, batch)?;
-        let estimate = estimator.estimate(&net)?;
-        out.write(PmResult::from(&estimate));
+        // The totals alone: the per-layer rows and notes of a full estimate are not returned here.
+        let (total, uncovered) = estimator.estimate_totals(&net)?;
+        out.write(PmResult::of(&total, net.layers.len(), uncovered));
         Ok(())
     })
 }

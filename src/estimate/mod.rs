@@ -449,18 +449,8 @@ impl Estimator {
     /// Estimate a network at its own batch size: the engine's rules make a plan of it, then the passes predict
     /// the layers that run and combine latency, energy and memory over the plan ([`passes`]).
     pub fn estimate(&self, net: &Network) -> Result<Estimate> {
-        let analysis = net.analyze()?;
-        let mut plan = self.rules.plan(net, &analysis);
-        let (answers, uncovered) = passes::predict(self, net, &analysis, &mut plan)?;
+        let Passes { answers, uncovered, latency, energy, missing_power, memory } = self.passes(net)?;
         let correction = self.calibration.as_ref().map(|c| c.correction);
-        let layout = match &self.method {
-            Method::Learned(store) => store.manifest().reorder_ms_per_mib.map(|rate| (self.rules, rate)),
-            _ => None,
-        };
-        let latency = passes::latency(net, &analysis, &plan, &answers, correction, layout);
-        let (energy, missing_power) =
-            if self.has_power { passes::energy(&latency, &answers) } else { (vec![None; latency.len()], 0) };
-        let memory = passes::memory(net, &analysis, &plan, &answers, self.rules, self.structure.as_ref());
         let layers: Vec<LayerEstimate> = answers
             .into_iter()
             .enumerate()
@@ -475,7 +465,11 @@ impl Estimator {
                 predictor: answer.by,
             })
             .collect();
-        let total = passes::totals(&layers, &memory, self.calibration.as_ref(), self.has_power);
+        let types: Vec<LayerType> = layers.iter().map(|l| l.layer_type).collect();
+        let total =
+            passes::totals(&types, &latency, &energy, &memory, self.calibration.as_ref(), self.has_power, |i| {
+                layers[i].name.clone()
+            });
         let notes = self.notes(&uncovered, missing_power, memory.missing);
         Ok(Estimate {
             network: net.name.clone(),
@@ -490,6 +484,35 @@ impl Estimator {
             zero_shot: None,
             zero_shot_others: Vec::new(),
         })
+    }
+
+    /// The totals of [`Estimator::estimate`] (the same numbers) and how many layers no predictor covers, without
+    /// the per-layer rows and the notes: what a NAS loop asks of the C ABI thousands of times a second.
+    pub fn estimate_totals(&self, net: &Network) -> Result<(Totals, usize)> {
+        let Passes { uncovered, latency, energy, memory, .. } = self.passes(net)?;
+        let types: Vec<LayerType> = net.layers.iter().map(|l| l.op.layer_type()).collect();
+        let total =
+            passes::totals(&types, &latency, &energy, &memory, self.calibration.as_ref(), self.has_power, |i| {
+                net.layers[i].name.clone()
+            });
+        Ok((total, uncovered.len()))
+    }
+
+    /// The plan and the passes over it that every estimate runs.
+    fn passes(&self, net: &Network) -> Result<Passes> {
+        let analysis = net.analyze()?;
+        let mut plan = self.rules.plan(net, &analysis);
+        let (answers, uncovered) = passes::predict(self, net, &analysis, &mut plan)?;
+        let correction = self.calibration.as_ref().map(|c| c.correction);
+        let layout = match &self.method {
+            Method::Learned(store) => store.manifest().reorder_ms_per_mib.map(|rate| (self.rules, rate)),
+            _ => None,
+        };
+        let latency = passes::latency(net, &analysis, &plan, &answers, correction, layout);
+        let (energy, missing_power) =
+            if self.has_power { passes::energy(&latency, &answers) } else { (vec![None; latency.len()], 0) };
+        let memory = passes::memory(net, &analysis, &plan, &answers, self.rules, self.structure.as_ref());
+        Ok(Passes { answers, uncovered, latency, energy, missing_power, memory })
     }
 
     fn notes(&self, uncovered: &[Uncovered], missing_power: usize, missing_memory: usize) -> Vec<String> {
@@ -681,6 +704,16 @@ impl Estimate {
     fn executing(&self) -> impl Iterator<Item = &LayerEstimate> {
         self.layers.iter().filter(|l| l.predictor.runs() && l.latency_ms.is_some())
     }
+}
+
+/// What [`Estimator::passes`] computes for one network, layer by layer.
+struct Passes {
+    answers: Vec<passes::Answer>,
+    uncovered: Vec<Uncovered>,
+    latency: Vec<Option<f64>>,
+    energy: Vec<Option<f64>>,
+    missing_power: usize,
+    memory: passes::MemoryPass,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

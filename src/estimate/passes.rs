@@ -7,7 +7,7 @@
 
 use super::memory::{self, Step, BYTES_PER_ELEMENT};
 use super::structure::EngineStructure;
-use super::{layer_error, Calibration, Correction, Estimator, LayerEstimate, Totals, Uncovered};
+use super::{layer_error, Calibration, Correction, Estimator, Totals, Uncovered};
 use crate::engine::rules::{EngineRules, Fusion, Plan, Role, FUSED, FUSED_BATCH_NORM};
 use crate::error::Result;
 use crate::layer::{Activation, LayerConfig, LayerCost, LayerError, LayerType, Op, Shape};
@@ -824,11 +824,15 @@ fn engine_order(plan: &Plan, sources: &[Vec<Source>]) -> Vec<usize> {
 
 /// The totals of an estimate from its rows and the memory pass: the peak of the liveness walk (calibrated when
 /// the device has a calibration), the paper's two cruder memory rules beside it.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn totals(
-    layers: &[LayerEstimate],
+    types: &[LayerType],
+    latency: &[Option<f64>],
+    energy: &[Option<f64>],
     memory: &MemoryPass,
     calibration: Option<&Calibration>,
     has_power: bool,
+    name_of: impl Fn(usize) -> String,
 ) -> Totals {
     let mut peak: Option<(usize, u64)> = None;
     for (i, bytes) in memory.in_use_bytes.iter().enumerate() {
@@ -840,23 +844,19 @@ pub(super) fn totals(
     }
     let mut peak_memory_mib = peak.map_or(memory.resident_bytes, |(_, b)| b) as f64 / MIB;
     if let Some(c) = calibration.map(|c| c.correction) {
-        let timed: Vec<&LayerEstimate> = layers
-            .iter()
-            .zip(&memory.steps)
-            .filter(|(l, s)| s.executes && l.latency_ms.is_some())
-            .map(|(l, _)| l)
-            .collect();
-        let weighted = timed.iter().filter(|l| l.layer_type.is_weighted()).count();
+        let timed: Vec<usize> =
+            (0..memory.steps.len()).filter(|&i| memory.steps[i].executes && latency[i].is_some()).collect();
+        let weighted = timed.iter().filter(|&&i| types[i].is_weighted()).count();
         peak_memory_mib = c.peak_memory_mib(peak_memory_mib, timed.len(), weighted);
     }
     let mut executed: Vec<f64> =
-        layers.iter().zip(&memory.steps).filter(|(_, s)| s.executes).map(|(l, _)| l.memory_mib).collect();
+        memory.layer_mib.iter().zip(&memory.steps).filter(|(_, s)| s.executes).map(|(&m, _)| m).collect();
     executed.sort_by(|a, b| b.total_cmp(a));
     Totals {
-        latency_ms: layers.iter().filter_map(|l| l.latency_ms).sum(),
-        energy_mj: has_power.then(|| layers.iter().filter_map(|l| l.energy_mj).sum()),
+        latency_ms: latency.iter().flatten().sum(),
+        energy_mj: has_power.then(|| energy.iter().flatten().sum()),
         peak_memory_mib,
-        peak_memory_layer: peak.map(|(i, _)| layers[i].name.clone()),
+        peak_memory_layer: peak.map(|(i, _)| name_of(i)),
         resident_memory_mib: memory.resident_bytes.saturating_add(memory.input_bytes) as f64 / MIB,
         memory_two_largest_mib: executed.iter().take(2).sum(),
         memory_two_mean_mib: if executed.is_empty() {
