@@ -453,8 +453,7 @@ pub fn tract_weight_bytes(config: &LayerConfig) -> Option<u64> {
 /// 16 channels on 112×112 in MnasNet into 2x. The memory models learn a layer measured alone, where the input is
 /// the caller's and tract first copies it to reshape it: a median 2.0x the input ([`ConvShape::workspace_bytes`]).
 pub fn packed_input_bytes(config: &LayerConfig) -> Option<u64> {
-    let Op::Conv2d(c) = &config.op else { return None };
-    if c.kernel != [1, 1] || c.groups != 1 || c.strides != [1, 1] || config.batch != 1 {
+    if !is_plain_product(config) || config.batch != 1 {
         return None;
     }
     let (m, k, n) = conv_shape(config)?.matmul();
@@ -476,6 +475,19 @@ pub fn packed_input_bytes(config: &LayerConfig) -> Option<u64> {
         };
         bytes.to_i64().ok().and_then(|b| u64::try_from(b).ok())
     })
+}
+
+/// A 1×1 convolution that tract's declutter turns into a plain matrix product over its input (an einsum):
+/// one group, stride 1, no dilation, no padding (tract-core 0.23.9 `Conv::declutter_as_einsum`, which wants the computed
+/// padding zero and the dilation 1).
+pub fn is_plain_product(config: &LayerConfig) -> bool {
+    let Op::Conv2d(c) = &config.op else { return false };
+    let Some(&[_, h, w]) = config.input_shapes.first().map(Vec::as_slice) else { return false };
+    c.kernel == [1, 1]
+        && c.groups == 1
+        && c.strides == [1, 1]
+        && c.dilation == [1, 1]
+        && c.padding.resolve([h, w], c.kernel, c.strides, c.dilation) == [0; 4]
 }
 
 /// A convolution layer's output shape (filters, height, width), from the per-thread cache of
@@ -521,8 +533,10 @@ fn conv_shape(config: &LayerConfig) -> Option<ConvShape> {
     thread_local! {
         static SHAPES: RefCell<HashMap<ConvKey, Option<ConvShape>>> = RefCell::new(HashMap::default());
     }
+    // Every field of the op: one added later fails to compile here rather than go missing from the key.
+    let crate::layer::Conv2d { filters, kernel, strides, dilation, groups, padding, use_bias, activation } = *c;
     let key = ConvKey {
-        conv: (c.filters, c.kernel, c.strides, c.dilation, c.groups, c.padding, c.use_bias, c.activation),
+        conv: (filters, kernel, strides, dilation, groups, padding, use_bias, activation),
         input: [channels, height, width],
         batch: config.batch,
         inputs: config.input_shapes.len(),

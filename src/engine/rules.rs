@@ -188,8 +188,9 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         vec![None; net.layers.len()]
     }
 
-    /// The concats the engine never builds: per layer, the first of the concat's readers that computes it
-    /// part by part, and for each such reader the concat it reads. None by default.
+    /// Concats read part by part: per concat the engine never builds, the first of its readers that computes it
+    /// part by part; and for each reader that takes a concat part by part (built or not), the concat it reads.
+    /// None by default.
     fn unbuilt_concats(&self, net: &Network, _analysis: &Analysis) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
         (vec![None; net.layers.len()], vec![None; net.layers.len()])
     }

@@ -332,8 +332,9 @@ fn add_latency_ms(estimator: &Estimator, net: &Network, analysis: &Analysis, add
     })
 }
 
-/// Workspace of a 1×1 convolution over a concat the engine never builds: it computes one product per part, so
-/// the largest of the workspaces predicted for each part alone, plus the partial sum the next part adds to.
+/// Workspace of a 1×1 convolution that reads a concat part by part (one the engine never builds, or builds for
+/// other readers and slices): it computes one product per part, so the largest of the workspaces predicted for
+/// each part alone, plus the partial sum the next part adds to.
 /// `None` when a part has no memory prediction.
 fn part_workspace(
     estimator: &Estimator,
@@ -584,8 +585,8 @@ pub(super) fn memory(
         };
         // The layer's part of the engine's plan: measured alone, its memory includes it (`alone`, taken out of
         // the workspace below); in the network it is resident (`in_network`: a chained follower adds less, a
-        // product over an unbuilt concat is one product per part, and an activation the layer computes is a
-        // fused op or a node of its own).
+        // product over a concat read part by part is one product per part, and an activation the layer computes
+        // is a fused op or a node of its own).
         let alone_bytes = match structure {
             Some(s) => {
                 let own_kind = rules.structure_kind_of(analysis.config(i));
@@ -597,7 +598,7 @@ pub(super) fn memory(
             }
             None => 0,
         };
-        let (weight_bytes, plan_bytes, workspace_bytes) = match answer.held {
+        let (weight_bytes, plan_bytes, workspace_bytes, alone_workspace_bytes) = match answer.held {
             Some(held) => {
                 let workspace = match (held.workspace_bytes, answer.part_workspace) {
                     (Some(_), Some(parts)) => parts.saturating_sub(alone_bytes),
@@ -619,14 +620,15 @@ pub(super) fn memory(
                 } else {
                     rules.packed_input_bytes(analysis.config(i))
                 };
-                let workspace = packed.unwrap_or(workspace);
-                (held.weight_bytes, held.plan_bytes, workspace)
+                (held.weight_bytes, held.plan_bytes, packed.unwrap_or(workspace), workspace)
             }
-            None => (cost.weight_elems * BYTES_PER_ELEMENT, 0, 0),
+            None => (cost.weight_elems * BYTES_PER_ELEMENT, 0, 0, 0),
         };
         let io_bytes = (cost.input_elems + cost.output_elems) * BYTES_PER_ELEMENT;
-        // The layer's whole memory while it runs, as measured alone (its structure back in).
-        layer_mib.push((io_bytes + weight_bytes + plan_bytes + workspace_bytes + alone_bytes) as f64 / MIB);
+        // The layer's whole memory while it runs, as measured alone (its structure back in; the workspace the
+        // memory model answers, not the network's packed copy).
+        let alone = io_bytes + weight_bytes + plan_bytes + alone_workspace_bytes + alone_bytes;
+        layer_mib.push(alone as f64 / MIB);
         all_weight_bytes += weight_bytes + plan_bytes;
         steps.push(Step {
             output_bytes,
@@ -824,7 +826,6 @@ fn engine_order(plan: &Plan, sources: &[Vec<Source>]) -> Vec<usize> {
 
 /// The totals of an estimate from its rows and the memory pass: the peak of the liveness walk (calibrated when
 /// the device has a calibration), the paper's two cruder memory rules beside it.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn totals(
     types: &[LayerType],
     latency: &[Option<f64>],

@@ -69,7 +69,7 @@ impl EngineRules for Tract {
             while let Some(r) = pending.pop() {
                 match &net.layers[r].op {
                     Op::Dropout { .. } if !readers[r].is_empty() => pending.extend(&readers[r]),
-                    Op::Conv2d(c) if c.kernel == [1, 1] && c.groups == 1 && c.strides == [1, 1] => convs.push(r),
+                    Op::Conv2d(_) if crate::engine::packing::is_plain_product(analysis.config(r)) => convs.push(r),
                     _ => built = true,
                 }
             }
@@ -245,13 +245,13 @@ impl EngineRules for Tract {
         folded
     }
 
-    /// Packed weights (when the memory model knows them) and the tables tract's plan keeps for the whole run;
-    /// a batch norm's four vectors (scale, shift, mean, variance) folded into a multiply and an add by one vector
-    /// each (`OptBinChain(Mul+Add)`).
     fn packed_input_bytes(&self, config: &LayerConfig) -> Option<u64> {
         crate::engine::packing::packed_input_bytes(config)
     }
 
+    /// Packed weights (when the memory model knows them) and the tables tract's plan keeps for the whole run;
+    /// a batch norm's four vectors (scale, shift, mean, variance) folded into a multiply and an add by one vector
+    /// each (`OptBinChain(Mul+Add)`).
     fn resident_bytes(&self, config: &LayerConfig, cost: &LayerCost, packed_weight_bytes: Option<u64>) -> (u64, u64) {
         match packed_weight_bytes {
             Some(bytes) => (bytes, tract_plan_bytes(config)),

@@ -376,7 +376,8 @@ fn fused_add_points(
 /// Refit `device`'s calibration with its current models from the measurements the calibration already holds:
 /// each recorded network (found by name among [`zoo_networks`]) is estimated anew, uncalibrated, with the engine
 /// structure measured at calibration time, and the correction is fitted on the recorded measurements against
-/// these estimates. Nothing runs. Models that describe their machine's engine (tract's lowering and tiles there)
+/// these estimates. No network runs (only the probes of structure kinds the calibration lacks, see below).
+/// Models that describe their machine's engine (tract's lowering and tiles there)
 /// are refused on another machine unless `allow_other_machine`, as [`calibrate`] refuses them. The engine
 /// structure is kept, and the kinds measured since it was (new probes) are measured on the machine it was
 /// measured on ([`with_new_kinds`]).
@@ -575,6 +576,7 @@ fn with_new_kinds(
         return Ok(Some(structure));
     }
     let mut kinds: Vec<&str> = probes.iter().map(|p| p.kind).collect();
+    kinds.sort_unstable();
     kinds.dedup();
     log(format!("measuring the engine's per-layer structure of {} kinds it lacks ({})", kinds.len(), kinds.join(", ")));
     if let Some(new) = structure::measure(&probes, &TractExecutor::new(1)?, estimator)? {
