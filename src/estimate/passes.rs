@@ -608,9 +608,24 @@ pub(super) fn memory(
                         0
                     }
                 };
-                let input_kept = match analysis.sources[i].first() {
-                    Some(Source::Layer(j)) => plan.consumers(*j) > 1,
-                    _ => true,
+                // Through the layers that do not run (views, layers fused into their producer) to the tensor
+                // the layer reads: kept when the caller owns it or another layer reads it too.
+                let input_kept = {
+                    let mut source = analysis.sources[i].first().copied();
+                    loop {
+                        match source {
+                            Some(Source::Layer(j)) if plan.consumers(j) > 1 => break true,
+                            Some(Source::Layer(j)) if plan.runs(j) => break false,
+                            // A residual add computed inside a product is that product's output buffer.
+                            Some(Source::Layer(j)) => {
+                                source = match plan.role(j) {
+                                    Role::Inside { fusion: Fusion::ResidualAdd, via, .. } => Some(Source::Layer(via)),
+                                    _ => analysis.sources[j].first().copied(),
+                                }
+                            }
+                            _ => break true,
+                        }
+                    }
                 };
                 let workspace = workspace.max(rules.workspace_floor_bytes(analysis.config(i), input_kept));
                 // Alone, the input is the caller's and the engine may copy it before packing; in the network a
