@@ -9,7 +9,6 @@ mod cli;
 static ALLOCATOR: perfmodel::collect::CountingAlloc = perfmodel::collect::CountingAlloc;
 
 fn main() {
-    perfmodel::collect::keep_heap_warm();
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     c_heap::announce();
     perfmodel::error::quiet_engine_panics();

@@ -16,26 +16,6 @@
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicUsize, Ordering::Relaxed};
 
-/// glibc's thresholds at their dynamic ceilings from the start: blocks up to 32 MiB come from the heap, and the
-/// heap keeps up to 64 MiB free at its top instead of handing it back to the kernel.
-///
-/// Why: by default glibc serves blocks of 128 KiB and more with fresh pages and trims the heap's top when twice
-/// its threshold is free, raising the threshold only once a large block is freed. How often a timed round then
-/// faults its tensors' pages in depends on what the process ran before, not on the network: on a 2-vCPU VM a
-/// padded 3×3 convolution benched alone on its input took 4.3-4.7 ms with a ReLU after it and 2.8-2.9 ms
-/// without, 2.7-2.9 ms either way with the thresholds pinned; `collect`, whose long process has freed large
-/// blocks early, measures the warm heap. The binary calls this first, so that `collect`, `bench`, `validate`
-/// and `calibrate` time every round on a warm heap, as a long-running inference process does. Memory is
-/// counted by requested sizes ([`CountingAlloc`]), which this does not change. A no-op off glibc.
-pub fn keep_heap_warm() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: `mallopt` only sets allocator parameters; called before any thread allocates.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
-    }
-}
-
 /// The system allocator plus counters of current and peak live heap bytes.
 pub struct CountingAlloc;
 

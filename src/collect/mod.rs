@@ -13,7 +13,7 @@ pub mod runner;
 pub mod sensors;
 pub mod speed;
 
-pub use alloc::{keep_heap_warm, CountingAlloc};
+pub use alloc::CountingAlloc;
 pub use profile::{DeviceProfile, Protocol, SensorSpec};
 pub use runner::{
     collect, remeasure, CollectOptions, Observer, Remeasured, Remeasurement, Shard, Summary, TypeSummary,
