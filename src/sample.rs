@@ -83,6 +83,9 @@ pub struct AugmentBudget {
     /// Square 3x3 convolutions in 2-64 groups of 8-64 channels (as many filters as channels) on 7-112 pixel
     /// images, stride 1 or 2, padded one pixel on every side with a bias, as PyTorch writes them.
     pub grouped_square: usize,
+    /// Square 3x3 and 5x5 max and average poolings at stride 1 (half this each), padded to keep the image (one
+    /// or two pixels on every side, as PyTorch writes them, or 'same'), over 16-1024 channels of 7-112 pixels.
+    pub pool_stride_one: usize,
 }
 
 impl Default for AugmentBudget {
@@ -102,6 +105,7 @@ impl Default for AugmentBudget {
             transformer: 60,
             many_groups: 120,
             grouped_square: 150,
+            pool_stride_one: 120,
         }
     }
 }
@@ -707,6 +711,34 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
             added += pool.augmented(config, "grouped_square") as usize;
         }
     }
+
+    // Poolings at stride 1 that keep the image, after everything else: the zoo's max poolings all stride (the
+    // only stride-1 windows are Inception v3's 3x3 average poolings on 35, 17 and 8 pixels), while GoogLeNet's
+    // inception blocks and YOLO's spatial pyramids pool at stride 1 on 7-28 pixels. One tract device, whose
+    // models had seen none, put GoogLeNet's 3x3 max pooling of 512x14x14 at 0.27 ms; alone it took 0.71-0.82 ms.
+    for t in [LayerType::MaxPool2d, LayerType::AvgPool2d] {
+        let mut added = 0;
+        for _ in 0..4 * budget.pool_stride_one {
+            if added == budget.pool_stride_one / 2 {
+                break;
+            }
+            let size = if rng.random_bool(0.75) { 3 } else { 5 };
+            let channels = log_uniform(rng, (16.0, 1024.0)).round() as usize;
+            let side = log_uniform(rng, (7.0, 112.0)).round() as usize;
+            if channels * side * side > 4 << 20 {
+                continue;
+            }
+            let half = size / 2;
+            let padding =
+                if rng.random_bool(0.5) { Padding::Explicit([half, half, half, half]) } else { Padding::Same };
+            let window = crate::layer::Pool2d { pool_size: [size, size], strides: [1, 1], padding };
+            let op = if t == LayerType::MaxPool2d { Op::MaxPool2d(window) } else { Op::AvgPool2d(window) };
+            let config = LayerConfig::new(op, vec![vec![channels, side, side]], 1);
+            if config.cost().is_ok() {
+                added += pool.augmented(config, "pool_stride_one") as usize;
+            }
+        }
+    }
 }
 
 /// `config`, a convolution or depthwise convolution with a spatial window, padded `(window - 1) / 2` on every
@@ -863,6 +895,7 @@ mod tests {
             resolution: 0,
             many_groups: 0,
             grouped_square: 0,
+            pool_stride_one: 0,
             ..AugmentBudget::default()
         };
         let (without, _) = sample(&nets, &SampleOptions { budget, ..opts.clone() }).unwrap();
@@ -877,6 +910,7 @@ mod tests {
                 "augment:resolution",
                 "augment:many_groups",
                 "augment:grouped_square",
+                "augment:pool_stride_one",
             ]
             .contains(&c.source.as_str())
         };
@@ -900,6 +934,7 @@ mod tests {
             "resolution",
             "many_groups",
             "grouped_square",
+            "pool_stride_one",
         ];
         for (k, kind) in later_kinds.iter().enumerate() {
             let mut budget = AugmentBudget::default();
@@ -912,7 +947,8 @@ mod tests {
                     "heavy" => budget.heavy = 0,
                     "resolution" => budget.resolution = 0,
                     "many_groups" => budget.many_groups = 0,
-                    _ => budget.grouped_square = 0,
+                    "grouped_square" => budget.grouped_square = 0,
+                    _ => budget.pool_stride_one = 0,
                 }
             }
             let (without, _) = sample(&nets, &SampleOptions { budget, ..opts.clone() }).unwrap();
@@ -920,6 +956,19 @@ mod tests {
             let rest: Vec<&SampledConfig> = a.configs.iter().filter(|c| !dropped.contains(&c.source)).collect();
             assert_eq!(without.configs.iter().collect::<Vec<_>>(), rest, "without {kind} and later");
         }
+        // Stride-1 poolings: 3x3 or 5x5 windows that keep the image, half of them max and half average.
+        let stride_one: Vec<&SampledConfig> =
+            a.configs.iter().filter(|c| c.source == "augment:pool_stride_one").collect();
+        let budget = AugmentBudget::default().pool_stride_one;
+        assert_eq!(stride_one.len(), budget, "{stride_one:?}");
+        for c in &stride_one {
+            let (Op::MaxPool2d(p) | Op::AvgPool2d(p)) = &c.config.op else { panic!("{c:?}") };
+            let input = &c.config.input_shapes[0];
+            assert!(p.strides == [1, 1] && [[3, 3], [5, 5]].contains(&p.pool_size), "{c:?}");
+            assert!((16..=1024).contains(&input[0]) && (7..=112).contains(&input[1]), "{c:?}");
+            assert_eq!(c.config.output_shape().unwrap(), input.to_vec(), "{c:?}");
+        }
+        assert_eq!(stride_one.iter().filter(|c| matches!(c.config.op, Op::MaxPool2d(_))).count(), budget / 2);
         // Wide variants: spatial, stride 1, at most 28 pixels high, 128-1024 channels and filters.
         let wide: Vec<&SampledConfig> = a.configs.iter().filter(|c| c.source == "augment:wide").collect();
         assert!(!wide.is_empty());

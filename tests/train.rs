@@ -2,7 +2,7 @@
 //! library's own data writer into temporary directories.
 
 use perfmodel::data::{self, Sample, SampleWriter, Status};
-use perfmodel::layer::{Activation, Dense, LayerConfig, LayerType, Op};
+use perfmodel::layer::{Activation, Dense, LayerConfig, LayerType, Op, Padding, Pool2d};
 use perfmodel::train::ModelStore;
 use perfmodel::Metric;
 use std::path::{Path, PathBuf};
@@ -271,6 +271,52 @@ fn training_a_subset_keeps_the_other_models() {
     let store = ModelStore::open(&models, "synth").unwrap();
     assert!(store.predictor(LayerType::Dense, Metric::Latency).is_some(), "the latency model was dropped");
     assert!(store.predictor(LayerType::Dense, Metric::Memory).is_some());
+}
+
+/// Max pooling "measurements", latency proportional to the input, rows `first..first + rows`, each with a speed
+/// probe reading of `probe_ms`.
+fn probed_pools(data_dir: &Path, device: &str, first: usize, rows: usize, probe_ms: f64) {
+    let path = data::file_path(&data_dir.join(device), LayerType::MaxPool2d);
+    let mut writer = SampleWriter::open(&path).unwrap();
+    for i in first..first + rows {
+        let (channels, side) = (8 + 13 * (i % 29), 8 + 3 * (i % 31));
+        let op = Op::MaxPool2d(Pool2d { pool_size: [2, 2], strides: [2, 2], padding: Padding::Valid });
+        let config = LayerConfig::new(op, vec![vec![channels, side, side]], 1);
+        let mut s = Sample::unmeasured(&config).unwrap();
+        s.latency_ms = Some(0.001 + (channels * side * side) as f64 * 3e-6);
+        s.memory_mib = Some(1.0 + (s.input_bytes + s.output_bytes) as f64 / 1048576.0);
+        s.speed_ref_ms = Some(probe_ms);
+        s.status = Status::Ok;
+        s.reason.clear();
+        writer.append(&s).unwrap();
+    }
+}
+
+#[test]
+fn retraining_one_layer_type_after_new_rows_keeps_the_other_latency_models() {
+    // Rows added since the last training move the data's median probe reading: retraining one type must not
+    // leave the others' latency models behind (trained at another nominal speed, they used to be dropped).
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, models) = (tmp.path().join("data"), tmp.path().join("models"));
+    synthetic_dense(&data, "synth", 40);
+    probed_pools(&data, "synth", 0, 40, 0.80);
+    let out = train(&data, &models, &["--methods", "linear", "--metrics", "latency"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let nominal = |models: &Path| ModelStore::open(models, "synth").unwrap().manifest().speed_probe.clone().unwrap();
+    let before = nominal(&models);
+    assert!((before.nominal_ms - 0.80).abs() < 1e-9, "{before:?}");
+    // Many more pooling rows at another probe reading: the data's median is now theirs.
+    probed_pools(&data, "synth", 40, 120, 0.90);
+    let out = train(&data, &models, &["--methods", "linear", "--metrics", "latency", "--layers", "max_pool2d"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let store = ModelStore::open(&models, "synth").unwrap();
+    assert!(store.predictor(LayerType::Dense, Metric::Latency).is_some(), "the dense latency model was dropped");
+    assert!(store.predictor(LayerType::MaxPool2d, Metric::Latency).is_some());
+    assert_eq!(nominal(&models), before, "a partial retrain keeps the stored models' nominal speed");
+    // A full retrain takes the data's own.
+    let out = train(&data, &models, &["--methods", "linear", "--metrics", "latency"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!((nominal(&models).nominal_ms - 0.90).abs() < 1e-9, "{:?}", nominal(&models));
 }
 
 /// Dense "measurements" of a machine `speed` times slower than a reference, with a latency no few rows describe

@@ -475,7 +475,8 @@ pub fn train_device(
     progress: Progress,
 ) -> Result<TrainRun> {
     let all = data::read_device(data_dir, device)?;
-    let nominal = nominal_speed(&all);
+    let nominal =
+        if options.layers.is_empty() { nominal_speed(&all) } else { kept_nominal_speed(models_dir, device, &all) };
     let layer_types: Vec<LayerType> =
         if options.layers.is_empty() { all.keys().copied().collect() } else { options.layers.clone() };
     if layer_types.is_empty() {
@@ -660,6 +661,23 @@ pub fn nominal_speed(all: &BTreeMap<LayerType, Vec<Sample>>) -> Option<NominalSp
         rows: measured().count(),
         elasticity: speed::PROBE_ELASTICITY,
     })
+}
+
+/// The nominal speed for retraining some of a device's layer types: the one its stored models were trained at,
+/// when they were measured with the same engine and probe, else the data's own ([`nominal_speed`]). Rows added
+/// since (a new layer type, more configs) move the median probe reading a little, and latency models trained at
+/// two nominal speeds would not add up: `write_models` would then drop the stored latency models of every other
+/// probe-following type, and a `train --layers max_pool2d` would leave the device without its convolutions'
+/// latency models. The nominal is only the speed every row is brought to, so any fixed one serves.
+fn kept_nominal_speed(models_dir: &Path, device: &str, all: &BTreeMap<LayerType, Vec<Sample>>) -> Option<NominalSpeed> {
+    let fresh = nominal_speed(all)?;
+    let stored = ModelStore::open(models_dir, device)
+        .ok()
+        .and_then(|s| (s.manifest().engine == engine_of(all)).then(|| s.manifest().speed_probe.clone()).flatten());
+    match stored {
+        Some(stored) if stored.probe_key == fresh.probe_key && stored.elasticity == fresh.elasticity => Some(stored),
+        _ => Some(fresh),
+    }
 }
 
 /// The engine most of a device's rows were measured with (their `engine` column); `None` without rows.
