@@ -309,6 +309,7 @@ fn retraining_one_layer_type_after_new_rows_keeps_the_other_latency_models() {
     probed_pools(&data, "synth", 40, 120, 0.90);
     let out = train(&data, &models, &["--methods", "linear", "--metrics", "latency", "--layers", "max_pool2d"]);
     assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("a probe of 0.8000 ms (the rows' median is now 0.9000 ms"), "{}", text(&out));
     let store = ModelStore::open(&models, "synth").unwrap();
     assert!(store.predictor(LayerType::Dense, Metric::Latency).is_some(), "the dense latency model was dropped");
     assert!(store.predictor(LayerType::MaxPool2d, Metric::Latency).is_some());

@@ -272,6 +272,12 @@ pub fn run(args: Args, dirs: &Dirs) -> anyhow::Result<()> {
     for s in &run.skipped {
         println!("{:<18} {:<8} not trained: {}", s.layer_type.as_str(), s.metric.as_str(), s.reason);
     }
+    if let Some((kept, rows)) = run.kept_nominal_ms {
+        println!(
+            "latency models at the stored models' nominal speed, a probe of {kept:.4} ms (the rows' median is now \
+             {rows:.4} ms; retrain without --layers to take it)"
+        );
+    }
     let verdicts: Vec<_> = run.results.iter().filter_map(|r| Some((r, r.transfer_verdict()?))).collect();
     if !verdicts.is_empty() {
         println!("transfer from {} against training from scratch (CV MAPE %):", args.transfer_from.join(", "));

@@ -328,6 +328,9 @@ pub struct TrainRun {
     pub results: Vec<TripletResult>,
     pub skipped: Vec<Skipped>,
     pub manifest: Manifest,
+    /// A partial retrain's nominal speed when it kept the stored models' one over the rows' own median probe
+    /// reading (kept, the rows'), in ms: see [`kept_nominal_speed`].
+    pub kept_nominal_ms: Option<(f64, f64)>,
 }
 
 /// Remove outliers, select, refit: one triplet.
@@ -477,6 +480,10 @@ pub fn train_device(
     let all = data::read_device(data_dir, device)?;
     let nominal =
         if options.layers.is_empty() { nominal_speed(&all) } else { kept_nominal_speed(models_dir, device, &all) };
+    let kept_nominal_ms = nominal_speed(&all)
+        .zip(nominal.as_ref())
+        .filter(|(rows, used)| rows.nominal_ms != used.nominal_ms)
+        .map(|(rows, used)| (used.nominal_ms, rows.nominal_ms));
     let layer_types: Vec<LayerType> =
         if options.layers.is_empty() { all.keys().copied().collect() } else { options.layers.clone() };
     if layer_types.is_empty() {
@@ -577,7 +584,7 @@ pub fn train_device(
         nchwc_block: options.nchwc_block,
     };
     let manifest = write_models(models_dir, device, &results, nominal, engine)?;
-    Ok(TrainRun { device: device.to_string(), results, skipped, manifest })
+    Ok(TrainRun { device: device.to_string(), results, skipped, manifest, kept_nominal_ms })
 }
 
 /// The candidates of one triplet: memory models learn only what the layer needs beyond its f32 inputs, weights
