@@ -159,6 +159,13 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         matches!(op, Op::Conv2d(_) | Op::DepthwiseConv2d(_) | Op::Dense(_))
     }
 
+    /// Whether running layer `j` of `net` is a kernel that can apply the activation after it, given the roles of
+    /// the layers planned before the one asking: [`EngineRules::runs_as_product`] of its op by default. ONNX
+    /// Runtime's batch norm of its own is one only when its input arrives in the blocked layout.
+    fn runs_as_product_in(&self, net: &Network, _analysis: &Analysis, _roles: &[Role], j: usize) -> bool {
+        self.runs_as_product(&net.layers[j].op)
+    }
+
     /// Whether a batch norm after a linear convolution is folded into its weights.
     fn folds_batch_norm(&self) -> bool {
         true
@@ -365,7 +372,7 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
                 inside(conv, via, Fusion::ResidualAdd)
             } else if let Some((owner, fusion)) = folded[i] {
                 inside(owner, owner, fusion)
-            } else if let Some((owner, via)) = self.epilogue_owner(net, &analysis.sources, &consumers, &roles, i) {
+            } else if let Some((owner, via)) = self.epilogue_owner(net, analysis, &consumers, &roles, i) {
                 inside(owner, via, Fusion::Epilogue)
             } else {
                 Role::Runs(Kernel { fused_add: fused_add_of[i], concat_by_part: reads_concat[i] })
@@ -380,18 +387,18 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
     fn epilogue_owner(
         &self,
         net: &Network,
-        sources: &[Vec<Source>],
+        analysis: &Analysis,
         consumers: &[u32],
         roles: &[Role],
         i: usize,
     ) -> Option<(usize, usize)> {
-        let [Source::Layer(j)] = sources[i].as_slice() else { return None };
+        let [Source::Layer(j)] = analysis.sources[i].as_slice() else { return None };
         let j = *j;
         if consumers[j] != 1 {
             return None;
         }
         let producer = &net.layers[j].op;
-        let kernel = self.runs_as_product(producer);
+        let kernel = self.runs_as_product_in(net, analysis, roles, j);
         if kernel && !self.kernel_takes_epilogue(producer) {
             return None;
         }

@@ -248,7 +248,7 @@ impl Estimator {
         };
         if let Some(c) = calibration {
             if c.method == "learned" && c.models_fingerprint == fingerprint {
-                if c.estimator_rules != calibration::ESTIMATOR_RULES {
+                if !calibration::rules_current(c.estimator_rules, estimator.rules.name()) {
                     estimator.calibration_note = Some(format!(
                         "{} was fitted under older estimator rules ({} of {}: the engine's fusions the estimate \
                          follows, and since rules 2 the engine's per-layer structure measured with it); it is \

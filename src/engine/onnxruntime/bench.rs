@@ -275,7 +275,7 @@ pub(crate) fn optimized_nodes_per_layer(executor: &OrtExecutor, network: &Networ
     // Tensors in the blocked layout: written by a blocked-layout operator (other than ReorderOutput), or by a
     // plain element-wise operator or concat reading one (they work on blocked tensors as they are).
     let mut blocked_tensors: std::collections::HashSet<&str> = std::collections::HashSet::new();
-    const LAYOUT_FREE: [&str; 7] = ["Concat", "Add", "Sum", "Mul", "Relu", "Sigmoid", "Tanh"];
+    const LAYOUT_FREE: [&str; 9] = ["Concat", "Add", "Sum", "Mul", "Relu", "Sigmoid", "Tanh", "QuickGelu", "Gelu"];
     for node in graph.graph.iter().flat_map(|g| &g.node) {
         let nchwc_domain = node.domain == "com.microsoft.nchwc";
         let blocked = (nchwc_domain && node.op_type != "ReorderOutput")

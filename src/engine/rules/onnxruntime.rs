@@ -113,26 +113,35 @@ impl OnnxRuntime {
     /// Which layers' outputs are in ONNX Runtime's blocked layout in `net`, in order: blocked convolutions (unless
     /// an activation of their own runs apart), poolings of whole blocks of channels (whatever their input; a
     /// global one unless flattened), and, when every input is blocked, a batch norm (a 1x1 depthwise convolution then), an add or multiply of equal shapes, a
-    /// channel concat of whole blocks, a ReLU, sigmoid or tanh; a dropout (removed) passes its input's layout on.
+    /// channel concat of whole blocks, a ReLU, sigmoid, tanh, swish or GELU; a dropout (removed) passes its input's
+    /// layout on.
     /// A layer run inside another has its owner's layout.
     fn converted(&self, net: &Network, analysis: &Analysis, plan: &Plan) -> Vec<bool> {
-        let n = net.layers.len();
+        self.converted_by_roles(net, analysis, plan.roles())
+    }
+
+    /// [`Self::converted`] of the first `roles.len()` layers, from their roles (a plan being built).
+    fn converted_by_roles(&self, net: &Network, analysis: &Analysis, roles: &[Role]) -> Vec<bool> {
+        let n = roles.len().min(net.layers.len());
         let mut converted = vec![false; n];
         if !self.nchwc() {
             return converted;
         }
         let block = self.nchwc_block;
-        for (i, layer) in net.layers.iter().enumerate() {
+        for (i, layer) in net.layers.iter().enumerate().take(n) {
             let srcs = &analysis.sources[i];
             let inputs_blocked =
                 !srcs.is_empty() && srcs.iter().all(|s| matches!(s, Source::Layer(j) if converted[*j]));
             let channels = analysis.input_shapes(i).first().and_then(|s| s.first()).copied().unwrap_or(0);
             let same_shapes = analysis.input_shapes(i).windows(2).all(|w| w[0] == w[1]);
             converted[i] = match &layer.op {
-                // An activation of its own that the blocked kernel does not apply (swish, GELU, softmax) runs on
-                // the plain output, after a conversion back.
+                // An activation of its own that the blocked kernel does not apply runs as a node of its own: on
+                // the blocked output for swish and GELU (`QuickGelu`, `Gelu`), on the plain output after a
+                // conversion back for the others (ELU, softmax).
                 Op::Conv2d(_) | Op::DepthwiseConv2d(_) => {
-                    self.conv_blocked(net, analysis, i) && self.own_activation_kind(&layer.op) != Some("activation")
+                    self.conv_blocked(net, analysis, i)
+                        && (self.own_activation_kind(&layer.op) != Some("activation")
+                            || layer.op.activation().is_some_and(reads_blocked))
                 }
                 Op::MaxPool2d(_) | Op::AvgPool2d(_) => channels.is_multiple_of(block),
                 // Converted whatever its input, like the other poolings; a flattened output is plain again.
@@ -146,11 +155,9 @@ impl OnnxRuntime {
                         && matches!(axis, 0 | -3)
                         && analysis.input_shapes(i).iter().all(|s| s.first().is_some_and(|c| c.is_multiple_of(block)))
                 }
-                Op::Activation(a) => {
-                    inputs_blocked && matches!(a, Activation::Relu | Activation::Sigmoid | Activation::Tanh)
-                }
+                Op::Activation(a) => inputs_blocked && reads_blocked(*a),
                 _ => false,
-            } || plan.owner(i).is_some_and(|o| o < i && converted[o]);
+            } || matches!(roles[i], Role::Inside { owner, .. } if owner < i && converted[owner]);
         }
         converted
     }
@@ -168,9 +175,26 @@ impl EngineRules for OnnxRuntime {
     fn runs_as_product(&self, op: &Op) -> bool {
         match op {
             Op::Conv2d(_) | Op::DepthwiseConv2d(_) | Op::Dense(_) => true,
-            // A batch norm of its own runs as a blocked 1x1 depthwise convolution.
+            // A batch norm of its own may run as a blocked 1x1 depthwise convolution (`runs_as_product_in`).
             Op::BatchNorm => self.nchwc(),
             _ => false,
+        }
+    }
+
+    /// A batch norm of its own runs as a blocked 1x1 depthwise convolution, which applies the activation after
+    /// it, only when its input arrives blocked; on a plain one (the network's input, an ELU's output) it stays a
+    /// `BatchNormalization` node and the activation a node of its own.
+    fn runs_as_product_in(&self, net: &Network, analysis: &Analysis, roles: &[Role], j: usize) -> bool {
+        match &net.layers[j].op {
+            Op::BatchNorm => {
+                self.nchwc() && {
+                    let converted = self.converted_by_roles(net, analysis, roles);
+                    let srcs = &analysis.sources[j];
+                    !srcs.is_empty()
+                        && srcs.iter().all(|s| matches!(s, Source::Layer(k) if converted.get(*k) == Some(&true)))
+                }
+            }
+            op => self.runs_as_product(op),
         }
     }
 
@@ -333,22 +357,41 @@ impl EngineRules for OnnxRuntime {
                 }
             }
         }
-        // A reader takes a blocked tensor when its output is blocked, when it is a blocked convolution that reads
-        // blocked input (even if an activation of its own then runs apart), or a pooling of whole blocks, or when
-        // it runs inside a converted layer.
-        let keeps = |c: usize| {
-            converted[c]
-                || match &net.layers[c].op {
-                    Op::Conv2d(_) | Op::DepthwiseConv2d(_) => {
-                        self.conv_blocked(net, analysis, c) && !self.reads_plain_input(net, analysis, c)
-                    }
-                    Op::MaxPool2d(_) | Op::AvgPool2d(_) | Op::GlobalAvgPool2d | Op::GlobalMaxPool2d => {
-                        in_channels(c).is_multiple_of(block)
-                    }
-                    _ => false,
-                }
-                || plan.owner(c).is_some_and(|o| converted[o])
+        // A reader takes a blocked tensor for good when its kernel converted its own tensors measured alone (a
+        // blocked convolution that reads blocked input, even if an activation of its own then runs apart, or a
+        // pooling of whole blocks): what happens to its output is its own credit. A reader that passes the
+        // blocked layout on without having paid for conversions alone (an add, a ReLU or swish of its own, a
+        // blocked batch norm; or a layer run inside one) keeps it only when its own readers all do: otherwise
+        // the conversion back happens after it, and the network's output is plain.
+        let pays = |k: usize| match &net.layers[k].op {
+            Op::Conv2d(_) | Op::DepthwiseConv2d(_) => {
+                self.conv_blocked(net, analysis, k) && !self.reads_plain_input(net, analysis, k)
+            }
+            Op::MaxPool2d(_) | Op::AvgPool2d(_) | Op::GlobalAvgPool2d | Op::GlobalMaxPool2d => {
+                in_channels(k).is_multiple_of(block)
+            }
+            _ => false,
         };
+        let mut keeps_memo: Vec<Option<bool>> = vec![None; n];
+        fn keeps_blocked(
+            c: usize,
+            kernel: &dyn Fn(usize) -> usize,
+            pays: &dyn Fn(usize) -> bool,
+            converted: &[bool],
+            readers: &[Vec<usize>],
+            memo: &mut [Option<bool>],
+        ) -> bool {
+            let k = kernel(c);
+            if let Some(known) = memo[k] {
+                return known;
+            }
+            let keeps = pays(k)
+                || (converted[k]
+                    && !readers[k].is_empty()
+                    && readers[k].iter().all(|&r| keeps_blocked(r, kernel, pays, converted, readers, memo)));
+            memo[k] = Some(keeps);
+            keeps
+        }
         for (i, bytes) in saved.iter_mut().enumerate() {
             if !plan.runs(i) {
                 continue;
@@ -357,8 +400,11 @@ impl EngineRules for OnnxRuntime {
             // plain) and its output; a max or average pooling of whole blocks both.
             let (paid_in, paid_out) = match &net.layers[i].op {
                 Op::Conv2d(_) | Op::DepthwiseConv2d(_) if self.conv_blocked(net, analysis, i) => {
-                    // With an activation of its own that runs apart, its output is converted back in a network too.
-                    let own_apart = self.own_activation_kind(&net.layers[i].op) == Some("activation");
+                    // With an activation of its own that runs apart on a plain tensor (ELU, softmax), its output is
+                    // converted back in a network too; swish and GELU read it blocked.
+                    let op = &net.layers[i].op;
+                    let own_apart = self.own_activation_kind(op) == Some("activation")
+                        && !op.activation().is_some_and(reads_blocked);
                     (!self.reads_plain_input(net, analysis, i), !own_apart)
                 }
                 Op::MaxPool2d(_) | Op::AvgPool2d(_) if in_channels(i).is_multiple_of(block) => (true, true),
@@ -382,7 +428,12 @@ impl EngineRules for OnnxRuntime {
                 *bytes += input_elems * 4;
             }
             // Here its output stays blocked when every reader keeps the blocked layout.
-            if paid_out && !readers[i].is_empty() && readers[i].iter().all(|&c| keeps(c)) {
+            if paid_out
+                && !readers[i].is_empty()
+                && readers[i]
+                    .iter()
+                    .all(|&c| keeps_blocked(c, &kernel, &pays, &converted, &readers, &mut keeps_memo))
+            {
                 *bytes += analysis.costs[i].output_elems * 4;
             }
         }
@@ -574,6 +625,13 @@ fn transformer_op(op: &Op) -> bool {
     matches!(op, Op::MatMul { .. } | Op::LayerNorm { .. })
 }
 
+/// Activations ONNX Runtime runs on a blocked tensor as it is, keeping the layout: ReLU, sigmoid and tanh, and
+/// swish and GELU as the `QuickGelu` and `Gelu` its optimiser fuses them into (after a blocked convolution, no
+/// conversion back comes between; an ELU or a softmax gets one).
+fn reads_blocked(a: Activation) -> bool {
+    matches!(a, Activation::Relu | Activation::Sigmoid | Activation::Tanh | Activation::Swish | Activation::Gelu)
+}
+
 fn blocked_kind(op: &Op) -> bool {
     matches!(op, Op::Conv2d(_) | Op::DepthwiseConv2d(_) | Op::BatchNorm)
 }
@@ -647,8 +705,8 @@ mod tests {
         let plain = 24 * 16 * 16 * 4;
         // Blocked: 24 channels padded to 32.
         assert_eq!(bytes[0], (32 * 16 * 16 * 4, 0));
-        // The sigmoid's tensor beside the output.
-        assert_eq!(bytes[1], (plain, plain));
+        // The swish runs on the blocked tensor as it is (`QuickGelu`): padded too, its sigmoid's tensor beside.
+        assert_eq!(bytes[1], (32 * 16 * 16 * 4, 32 * 16 * 16 * 4));
         // Groups of 8 channels are not blocked: each group's input unfolded, 8 channels x 9 x 256 pixels.
         assert_eq!(bytes[2], (plain, 8 * 9 * 256 * 4));
         // An unpadded 1x1 convolution of stride 1 reads its input as it is.
@@ -680,8 +738,8 @@ mod tests {
         assert_eq!(saved(0), tensor);
         // Blocked in and out.
         assert_eq!(saved(1), 2 * tensor);
-        // Its swish runs apart on the plain output: only its input is saved.
-        assert_eq!(saved(2), tensor);
+        // Its swish runs apart, on the blocked output (`QuickGelu`), which the pooling reads blocked too.
+        assert_eq!(saved(2), 2 * tensor);
         // Nothing is saved below `all`, or without a blocked layout.
         let extended = OnnxRuntime { level: GraphOptimization::Extended, nchwc_block: 16 };
         assert_eq!(extended.layout_bytes_saved(&net, &analysis, &extended.plan(&net, &analysis))[1], 0);
@@ -799,6 +857,36 @@ mod tests {
         assert_eq!(OnnxRuntime::nchwc_block_of(&fingerprint), 8, "MLAS blocks by 8 on every x86-64 core");
         fingerprint.arch = "aarch64".into();
         assert_eq!(OnnxRuntime::nchwc_block_of(&fingerprint), 0);
+    }
+
+    /// A batch norm of its own runs as a blocked 1x1 depthwise convolution, taking the activation after it, only
+    /// when its input is blocked; on a plain input (the network's, an ELU's after a blocked convolution) it stays a
+    /// `BatchNormalization` node with the activation a node of its own. A swish after a blocked convolution keeps
+    /// the blocked layout (`QuickGelu`), so the batch norm after it runs blocked.
+    #[test]
+    fn a_batch_norm_of_its_own_runs_blocked_only_on_a_blocked_input() {
+        let net = Network::from_json_str(
+            r#"{"name": "norms", "input_shape": [32, 16, 16], "layers": [
+              {"name": "bn_input", "type": "batch_norm"},
+              {"name": "relu_input", "type": "activation", "function": "relu"},
+              {"name": "conv", "type": "conv2d", "filters": 32, "kernel": [3, 3], "padding": "same", "activation": "relu"},
+              {"name": "bn_blocked", "type": "batch_norm"},
+              {"name": "relu_blocked", "type": "activation", "function": "relu"},
+              {"name": "conv_swish", "type": "conv2d", "filters": 32, "kernel": [3, 3], "padding": "same", "activation": "swish"},
+              {"name": "bn_after_swish", "type": "batch_norm"},
+              {"name": "relu_after_swish", "type": "activation", "function": "relu"},
+              {"name": "conv_elu", "type": "conv2d", "filters": 32, "kernel": [3, 3], "padding": "same", "activation": "elu"},
+              {"name": "bn_after_elu", "type": "batch_norm"},
+              {"name": "relu_after_elu", "type": "activation", "function": "relu"},
+              {"name": "head", "type": "conv2d", "filters": 16, "kernel": [1, 1]}]}"#,
+            "norms.json",
+        )
+        .unwrap();
+        let mut wrong = Vec::new();
+        for level in GraphOptimization::ALL {
+            wrong.extend(plan_matches_onnxruntime(&net, level));
+        }
+        assert!(wrong.is_empty(), "{} layers differ:\n{}", wrong.len(), wrong.join("\n"));
     }
 
     #[test]
