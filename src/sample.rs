@@ -215,24 +215,24 @@ pub fn sample(networks: &[Network], options: &SampleOptions) -> Result<(ConfigSe
         )));
     }
     let mut pool = Pool::default();
-    for net in networks {
-        let mut net = net.clone();
-        net.batch_size = 1;
-        let analysis = net.analyze()?;
-        for (i, layer) in net.layers.iter().enumerate() {
-            if layer.op.layer_type() == LayerType::Unsupported {
-                continue;
-            }
-            let config = analysis.config(i).clone();
-            let key = config.key().map_err(|e| Error::Invalid(format!("{}/{}: {e}", net.name, layer.name)))?;
-            pool.found(key, config, format!("{}/{}", net.name, layer.name));
-        }
+    // Architectures the zoo gained after devices were collected join after the augmentations, which draw from
+    // the others: every earlier config, and so every device's rows of them, stays.
+    let (late, early): (Vec<&Network>, Vec<&Network>) =
+        networks.iter().partition(|n| crate::zoo::ADDED_AFTER_AUGMENTATION.contains(&n.name.as_str()));
+    for net in early {
+        pool.found_in(net)?;
     }
-    let found_counts: BTreeMap<LayerType, (usize, usize)> =
-        pool.by_type.iter().map(|(t, list)| (*t, (list.iter().map(|c| c.count).sum(), list.len()))).collect();
-
     let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
     augment(&mut pool, &options.budget, &mut rng);
+    for net in late {
+        pool.found_in(net)?;
+    }
+    // Found: configs some network has (an augmented one a later architecture has too counts as found).
+    let found_counts: BTreeMap<LayerType, (usize, usize)> = pool
+        .by_type
+        .iter()
+        .map(|(t, list)| (*t, (list.iter().map(|c| c.count).sum(), list.iter().filter(|c| c.count > 0).count())))
+        .collect();
 
     let wanted = |t: LayerType| match &options.layer_types {
         Some(list) => list.contains(&t),
@@ -272,6 +272,22 @@ struct Pool {
 }
 
 impl Pool {
+    /// Every layer config of `net` at batch size 1.
+    fn found_in(&mut self, net: &Network) -> Result<()> {
+        let mut net = net.clone();
+        net.batch_size = 1;
+        let analysis = net.analyze()?;
+        for (i, layer) in net.layers.iter().enumerate() {
+            if layer.op.layer_type() == LayerType::Unsupported {
+                continue;
+            }
+            let config = analysis.config(i).clone();
+            let key = config.key().map_err(|e| Error::Invalid(format!("{}/{}: {e}", net.name, layer.name)))?;
+            self.found(key, config, format!("{}/{}", net.name, layer.name));
+        }
+        Ok(())
+    }
+
     fn found(&mut self, key: String, config: LayerConfig, source: String) {
         if let Some(&(t, i)) = self.index.get(&key) {
             if let Some(c) = self.by_type.get_mut(&t).and_then(|l| l.get_mut(i)) {
@@ -862,6 +878,34 @@ impl ConfigSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Architectures the zoo gained after devices were collected leave every earlier config as it was: with
+    /// them, the sample is the one without them plus their new configs, each type's after the others of it.
+    #[test]
+    fn architectures_added_later_keep_every_earlier_config() {
+        let early = vec![(crate::zoo::architectures()[0].build)(), (crate::zoo::architectures()[8].build)()];
+        let late: Vec<Network> = crate::zoo::architectures()
+            .into_iter()
+            .filter(|e| crate::zoo::ADDED_AFTER_AUGMENTATION.contains(&e.name))
+            .map(|e| (e.build)())
+            .collect();
+        assert_eq!(late.len(), crate::zoo::ADDED_AFTER_AUGMENTATION.len(), "every late architecture is in the zoo");
+        let opts = SampleOptions { seed: 3, batch_sizes: vec![1], layer_types: None, budget: AugmentBudget::default() };
+        let (before, _) = sample(&early, &opts).unwrap();
+        // The late ones first in the list: their place among the networks does not matter.
+        let all: Vec<Network> = late.iter().cloned().chain(early.iter().cloned()).collect();
+        let (after, _) = sample(&all, &opts).unwrap();
+        let key = |c: &SampledConfig| c.config.key().unwrap();
+        let earlier: std::collections::HashSet<String> = before.configs.iter().map(key).collect();
+        let kept: Vec<String> = after.configs.iter().map(key).filter(|k| earlier.contains(k)).collect();
+        assert_eq!(kept, before.configs.iter().map(key).collect::<Vec<_>>(), "same configs, same order");
+        let added: Vec<&SampledConfig> = after.configs.iter().filter(|c| !earlier.contains(&key(c))).collect();
+        assert!(added.len() > 50, "{}", added.len());
+        assert!(added.iter().all(|c| c.source.starts_with("regnet_")), "only the late architectures' own configs");
+        // RegNetX-800MF's 42 groups of 16 channels on 7x7.
+        assert!(added.iter().any(|c| matches!(&c.config.op, Op::Conv2d(op) if op.groups == 42)
+            && c.config.input_shapes[0] == vec![672, 7, 7]));
+    }
 
     #[test]
     fn same_seed_same_sample_and_round_trip() {

@@ -12,7 +12,7 @@ use common::perfmodel;
 
 /// Published total parameters, typed in here independently of the constants beside the builders
 /// (Keras Applications docs unless noted).
-const PUBLISHED: [(&str, u64); 51] = [
+const PUBLISHED: [(&str, u64); 55] = [
     ("vgg16", 138_357_544),
     ("vgg19", 143_667_240),
     ("resnet50", 25_636_712),
@@ -25,6 +25,11 @@ const PUBLISHED: [(&str, u64); 51] = [
     ("mobilenetv2", 3_538_984),
     ("mobilenetv3small", 2_554_968),
     ("mobilenetv3large", 5_507_432),
+    // torchvision's RegNets, batch norms folded as its ONNX export writes them (one bias per channel for two).
+    ("regnet_x_200mf", 2_684_792),
+    ("regnet_x_800mf", 7_259_656),
+    ("regnet_x_1_6gf", 9_190_136),
+    ("regnet_y_800mf", 6_432_512),
     ("densenet121", 8_062_504),
     ("densenet169", 14_307_880),
     ("densenet201", 20_242_984),

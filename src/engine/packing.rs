@@ -344,7 +344,8 @@ impl ConvShape {
     /// [`CONV_ENGINE_FEATURES`]): the lowering (0 pointwise, 1 direct spatial, 2 lazy im2col, 3 depthwise,
     /// 4 explicit im2col), how many times a lazy im2col gathers each B panel from the input as its tile walk
     /// comes back to it (1 for the naive walk, see [`TileWalk`]; 0 for other lowerings), the walk's inner
-    /// block edge in panels (0 for the naive walk), and the kernel tile of one group's product ([`tile`]).
+    /// block edge in panels (0 for the naive walk), the kernel tile of one group's product ([`tile`]), and that
+    /// product's rows, depth and columns (tract runs a grouped convolution as one product per group).
     /// Matrix-product features are 0 for the direct and depthwise kernels. Cached per shape.
     pub fn engine_features(&self) -> [f64; ENGINE_FEATURES_MAX] {
         thread_local! {
@@ -377,6 +378,7 @@ impl ConvShape {
         features[1] = if lazy { walk.b_panel_loads() as f64 / walk.n_panels.max(1) as f64 } else { 0.0 };
         features[2] = if walk.blk == usize::MAX { 0.0 } else { walk.blk as f64 };
         features[3..6].copy_from_slice(&tile(pick, m, n));
+        features[6..9].copy_from_slice(&[m as f64, k as f64, n as f64]);
         features
     }
 
@@ -561,16 +563,23 @@ fn conv_shape_of(config: &LayerConfig) -> Option<ConvShape> {
 }
 
 /// The most features [`PackedShape::engine_features`] gives.
-pub const ENGINE_FEATURES_MAX: usize = 6;
+pub const ENGINE_FEATURES_MAX: usize = 9;
 
-/// Names of [`ConvShape::engine_features`], in order.
-pub const CONV_ENGINE_FEATURES: [&str; 6] = [
+/// Names of [`ConvShape::engine_features`], in order. Models record the names they were trained with and read
+/// that many values, so a name appended here leaves earlier models as they were: the last three came after
+/// RegNetX-400MF's 3×3 convolutions of 25 groups of 16 on 7×7 stayed 12% low on the `zen4` host with rows of 42
+/// and 49 such groups beside them (tract runs each group's product on its own, at about 19 µs a group there,
+/// and no feature gave a group's size).
+pub const CONV_ENGINE_FEATURES: [&str; 9] = [
     "engine_lowering",
     "engine_gathers_per_panel",
     "engine_block_panels",
     "engine_kernel_rows",
     "engine_kernel_cols",
     "engine_tile_fill",
+    "engine_group_rows",
+    "engine_group_depth",
+    "engine_group_cols",
 ];
 
 /// Names of [`dense_engine_features`], in order.
@@ -1038,7 +1047,7 @@ mod tests {
         assert_eq!(conv(1, 256, 13, 256, 3).engine_features(), lazy, "cached answer");
         // The direct kernels have no matrix product.
         if tract_linalg::routines::conv_w4_f32().is_some() {
-            assert_eq!(conv(1, 16, 208, 32, 3).engine_features(), [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+            assert_eq!(conv(1, 16, 208, 32, 3).engine_features(), [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
         }
         // A grouped convolution's tile is that of one group's product.
         let grouped = ConvShape { groups: 3, ..conv(1, 240, 28, 60, 1) }.engine_features();
@@ -1048,6 +1057,10 @@ mod tests {
             grouped[5],
             20.0 / (20usize.div_ceil(pick.mr) * pick.mr) as f64 * 784.0 / (784usize.div_ceil(pick.nr) * pick.nr) as f64
         );
+        // And its size: rows, depth and columns of one group's product.
+        assert_eq!(grouped[6..9], [20.0, 80.0, 784.0]);
+        let regnet = ConvShape { groups: 25, ..conv(1, 400, 7, 400, 3) }.engine_features();
+        assert_eq!(regnet[6..9], [16.0, 144.0, 49.0]);
         let dense = dense_engine_features(4096, 1000, 1);
         assert!(dense[0] >= 1.0 && dense[1] >= 1.0 && dense[2] > 0.0 && dense[2] <= 1.0, "{dense:?}");
     }

@@ -13,6 +13,7 @@ mod inception;
 mod mlp;
 mod mobilenet;
 mod nasnet;
+mod regnet;
 mod resnet;
 mod squeezenet;
 mod transformer;
@@ -66,10 +67,20 @@ pub fn architectures() -> Vec<ZooEntry> {
         entry("efficientnetb3", efficientnet::efficientnet_b3, efficientnet::EFFICIENTNETB3_PARAMS),
         entry("nasnetmobile", nasnet::nasnet_mobile, nasnet::NASNETMOBILE_PARAMS),
         entry("squeezenet", squeezenet::squeezenet, squeezenet::SQUEEZENET_PARAMS),
+        entry("regnet_x_200mf", regnet::regnet_x_200mf, regnet::REGNET_X_200MF_PARAMS),
+        entry("regnet_x_800mf", regnet::regnet_x_800mf, regnet::REGNET_X_800MF_PARAMS),
+        entry("regnet_x_1_6gf", regnet::regnet_x_1_6gf, regnet::REGNET_X_1_6GF_PARAMS),
+        entry("regnet_y_800mf", regnet::regnet_y_800mf, regnet::REGNET_Y_800MF_PARAMS),
         entry("mnist_mlp", mlp::mnist_mlp, mlp::MNIST_MLP_PARAMS),
         entry("tabular_mlp", mlp::tabular_mlp, mlp::TABULAR_MLP_PARAMS),
     ]
 }
+
+/// Architectures added after the shipped devices were collected: `zoo sample` takes their configs after the
+/// augmentations, which draw from the others, so that every earlier config (and every device's rows of it) stays
+/// and a device only measures what they add.
+pub const ADDED_AFTER_AUGMENTATION: [&str; 4] =
+    ["regnet_x_200mf", "regnet_x_800mf", "regnet_x_1_6gf", "regnet_y_800mf"];
 
 /// Networks kept out of sampling, for validating whole-network estimates.
 pub fn holdout() -> Vec<ZooEntry> {

@@ -430,9 +430,7 @@ impl EngineRules for OnnxRuntime {
             // Here its output stays blocked when every reader keeps the blocked layout.
             if paid_out
                 && !readers[i].is_empty()
-                && readers[i]
-                    .iter()
-                    .all(|&c| keeps_blocked(c, &kernel, &pays, &converted, &readers, &mut keeps_memo))
+                && readers[i].iter().all(|&c| keeps_blocked(c, &kernel, &pays, &converted, &readers, &mut keeps_memo))
             {
                 *bytes += analysis.costs[i].output_elems * 4;
             }
