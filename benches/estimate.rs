@@ -10,6 +10,8 @@
 //! dependencies at opt-level 3 in that profile).
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use perfmodel::engine::rules::{EngineRules, OnnxRuntime};
+use perfmodel::engine::GraphOptimization;
 use perfmodel::estimate::Estimator;
 use perfmodel::ffi::{
     pm_estimate_layers, pm_estimator_close, pm_estimator_open_method, PmEstimator, PmLayer, PmResult,
@@ -131,6 +133,19 @@ fn bench(c: &mut Criterion) {
         estimate.uncovered.len()
     );
     c.bench_function("estimate/50_layers", |b| b.iter(|| estimator.estimate(black_box(&net)).unwrap()));
+    // ONNX Runtime's plan of the zoo's largest networks, with the NCHWc layout and the conversions it saves:
+    // linear in the layers (it was quadratic once, through the layout of every batch norm's input).
+    let rules = OnnxRuntime { level: GraphOptimization::All, nchwc_block: 16 };
+    for name in ["densenet201", "inceptionresnetv2"] {
+        let zoo_net = Network::load(shipped("zoo").join(format!("{name}.json"))).expect("a zoo network");
+        let analysis = zoo_net.analyze().expect("a zoo network analyses");
+        c.bench_function(&format!("plan/onnxruntime_{name}"), |b| {
+            b.iter(|| {
+                let plan = rules.plan(black_box(&zoo_net), &analysis);
+                rules.layout_bytes_saved(&zoo_net, &analysis, &plan)
+            })
+        });
+    }
     // The same network again with the per-thread layer cache (the default): every layer is a lookup.
     let cached = open();
     c.bench_function("estimate/50_layers_cached", |b| b.iter(|| cached.estimate(black_box(&net)).unwrap()));

@@ -11,7 +11,7 @@
 mod bench;
 
 #[cfg(test)]
-pub(crate) use bench::optimized_nodes_per_layer;
+pub(crate) use bench::{optimized_nodes_per_layer, reorders_per_layer};
 
 use super::{Executor, Workload};
 use crate::error::{Error, Result};

@@ -159,11 +159,26 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         matches!(op, Op::Conv2d(_) | Op::DepthwiseConv2d(_) | Op::Dense(_))
     }
 
-    /// Whether running layer `j` of `net` is a kernel that can apply the activation after it, given the roles of
-    /// the layers planned before the one asking: [`EngineRules::runs_as_product`] of its op by default. ONNX
-    /// Runtime's batch norm of its own is one only when its input arrives in the blocked layout.
-    fn runs_as_product_in(&self, net: &Network, _analysis: &Analysis, _roles: &[Role], j: usize) -> bool {
+    /// Whether running layer `j` of `net` is a kernel that can apply the activation after it, given which layers
+    /// planned before the one asking have their output in the engine's blocked layout
+    /// ([`EngineRules::output_blocked`]): [`EngineRules::runs_as_product`] of its op by default. ONNX Runtime's
+    /// batch norm of its own is one only when its input arrives blocked.
+    fn runs_as_product_in(&self, net: &Network, _analysis: &Analysis, _blocked: &[bool], j: usize) -> bool {
         self.runs_as_product(&net.layers[j].op)
+    }
+
+    /// Whether layer `i`'s output is in a blocked memory layout of the engine's (ONNX Runtime's NCHWc), given the
+    /// roles of the layers up to `i` and the layouts of those before it: the plan answers it once per layer, in
+    /// order. Plain by default.
+    fn output_blocked(
+        &self,
+        _net: &Network,
+        _analysis: &Analysis,
+        _roles: &[Role],
+        _blocked: &[bool],
+        _i: usize,
+    ) -> bool {
+        false
     }
 
     /// Whether a batch norm after a linear convolution is folded into its weights.
@@ -208,6 +223,20 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         vec![None; net.layers.len()]
     }
 
+    /// Whether convolution `conv` takes residual add `add` ([`EngineRules::residual_adds`], its input `side`
+    /// leading back to it) once the layouts of the layers before the add are known (`blocked`,
+    /// [`EngineRules::output_blocked`]). Always by default.
+    fn takes_residual_add(
+        &self,
+        _analysis: &Analysis,
+        _blocked: &[bool],
+        _add: usize,
+        _conv: usize,
+        _side: usize,
+    ) -> bool {
+        true
+    }
+
     /// Bytes the engine keeps for a running layer's weights, and for the tables its plan builds, given the
     /// packed weight bytes the memory model knows (`None`: the f32 weights).
     fn resident_bytes(&self, _config: &LayerConfig, cost: &LayerCost, packed_weight_bytes: Option<u64>) -> (u64, u64) {
@@ -240,9 +269,9 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
     /// Whether a convolution or dense layer whose activation runs as a node of its own
     /// ([`EngineRules::own_activation_kind`] says `activation`) is predicted as those two nodes: the product
     /// without the activation, and the activation on its output. For an engine whose single-layer measurements
-    /// of such configs are few (ONNX Runtime runs swish apart, after converting a blocked convolution's output
-    /// back; a zoo's swish convolutions are mostly a squeeze-excite's on one pixel), each part is then
-    /// predicted from what is known well. Off by default.
+    /// of such configs are few (ONNX Runtime runs swish as a node of its own on a blocked convolution's output,
+    /// and ELU after converting it back; a zoo's swish convolutions are mostly a squeeze-excite's on one pixel),
+    /// each part is then predicted from what is known well. Off by default.
     fn predicts_activation_apart(&self) -> bool {
         false
     }
@@ -349,13 +378,8 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         let (concat_read_by, reads_concat) = self.unbuilt_concats(net, analysis);
         let add_into = self.residual_adds(net, analysis, &consumers);
         let folded = self.folded_into_products(net, analysis, &consumers);
-        let mut fused_add_of: Vec<Option<usize>> = vec![None; n];
-        for (add, fused) in add_into.iter().enumerate() {
-            if let Some((conv, _)) = fused {
-                fused_add_of[*conv] = Some(add);
-            }
-        }
         let mut roles: Vec<Role> = Vec::with_capacity(n);
+        let mut blocked: Vec<bool> = Vec::with_capacity(n);
         for (i, layer) in net.layers.iter().enumerate() {
             let inside = |owner: usize, via: usize, fusion: Fusion| Role::Inside { owner, via, fusion };
             let role = if layer.op.layer_type().is_free() {
@@ -364,20 +388,26 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
                 inside(conv, conv, Fusion::Padding)
             } else if let Some(conv) = concat_read_by[i] {
                 inside(conv, conv, Fusion::UnbuiltConcat)
-            } else if let Some((conv, side)) = add_into[i] {
+            } else if let Some((conv, side)) =
+                add_into[i].filter(|&(conv, side)| self.takes_residual_add(analysis, &blocked, i, conv, side))
+            {
                 let via = match analysis.sources[i][side] {
                     Source::Layer(j) => j,
                     Source::Input => conv,
                 };
+                if let Some(Role::Runs(kernel)) = roles.get_mut(conv) {
+                    kernel.fused_add = Some(i);
+                }
                 inside(conv, via, Fusion::ResidualAdd)
             } else if let Some((owner, fusion)) = folded[i] {
                 inside(owner, owner, fusion)
-            } else if let Some((owner, via)) = self.epilogue_owner(net, analysis, &consumers, &roles, i) {
+            } else if let Some((owner, via)) = self.epilogue_owner(net, analysis, &consumers, &roles, &blocked, i) {
                 inside(owner, via, Fusion::Epilogue)
             } else {
-                Role::Runs(Kernel { fused_add: fused_add_of[i], concat_by_part: reads_concat[i] })
+                Role::Runs(Kernel { fused_add: None, concat_by_part: reads_concat[i] })
             };
             roles.push(role);
+            blocked.push(self.output_blocked(net, analysis, &roles, &blocked, i));
         }
         Plan { roles, consumers }
     }
@@ -390,6 +420,7 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         analysis: &Analysis,
         consumers: &[u32],
         roles: &[Role],
+        blocked: &[bool],
         i: usize,
     ) -> Option<(usize, usize)> {
         let [Source::Layer(j)] = analysis.sources[i].as_slice() else { return None };
@@ -398,7 +429,7 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
             return None;
         }
         let producer = &net.layers[j].op;
-        let kernel = self.runs_as_product_in(net, analysis, roles, j);
+        let kernel = self.runs_as_product_in(net, analysis, blocked, j);
         if kernel && !self.kernel_takes_epilogue(producer) {
             return None;
         }

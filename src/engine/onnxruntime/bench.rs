@@ -189,8 +189,12 @@ pub(crate) fn attribute(
     network: &Network,
 ) -> HashMap<String, Option<usize>> {
     let index: HashMap<&str, usize> = network.layers.iter().enumerate().map(|(i, l)| (l.name.as_str(), i)).collect();
+    // A node without a name (ONNX Runtime inlines a function such as `HardSwish` into unnamed nodes) is
+    // attributed by its tensors.
     let layer_of = |name: &str| {
-        owning_node(owners, name, &ORT_SEPARATORS)
+        (!name.is_empty())
+            .then(|| owning_node(owners, name, &ORT_SEPARATORS))
+            .flatten()
             .and_then(|o| owners.get(o))
             .and_then(|l| index.get(l.as_str()).copied())
     };
@@ -252,15 +256,26 @@ pub(crate) fn attribute(
             break;
         }
     }
-    graph.node.iter().zip(own).map(|(n, l)| (n.name.clone(), l)).collect()
+    graph.node.iter().zip(own).map(|(n, l)| (node_key(n), l)).collect()
 }
 
-/// For every layer of `network`, the operators of the nodes ONNX Runtime's optimiser leaves for it (the layout
-/// reorders it inserts left out; operators working on blocked-layout tensors as `nchwc.Conv`, `nchwc.Concat`):
-/// what the engine rules are checked against.
+/// What [`attribute`] knows a node by: its name, or for an unnamed one (ONNX Runtime's inlined functions) its
+/// first output's name after a `#`.
+fn node_key(node: &tract_onnx::pb::NodeProto) -> String {
+    if node.name.is_empty() {
+        format!("#{}", node.output.first().map(String::as_str).unwrap_or_default())
+    } else {
+        node.name.clone()
+    }
+}
+
+/// The graph ONNX Runtime optimises `network` into, and the layer each of its nodes belongs to ([`attribute`]).
 #[cfg(test)]
-#[allow(clippy::result_large_err)] // ort's builder errors, turned into ours by `OrtExecutor::session`
-pub(crate) fn optimized_nodes_per_layer(executor: &OrtExecutor, network: &Network) -> Result<Vec<Vec<String>>> {
+#[allow(clippy::result_large_err)]
+fn optimized_and_attributed(
+    executor: &OrtExecutor,
+    network: &Network,
+) -> Result<(ModelProto, HashMap<String, Option<usize>>)> {
     let exported = export_network(network)?;
     let what = format!("network '{}'", network.name);
     let scratch = tempfile::Builder::new()
@@ -271,6 +286,36 @@ pub(crate) fn optimized_nodes_per_layer(executor: &OrtExecutor, network: &Networ
     executor.session(&exported, &what, |b| b.with_optimized_model_path(&path))?;
     let graph = read_optimized(&path, &what)?;
     let layer_of_node = attribute(&graph, &exported.owners, network);
+    Ok((graph, layer_of_node))
+}
+
+/// For every layer of `network`, whether ONNX Runtime's optimised graph converts its input into the blocked
+/// layout (a `ReorderInput` feeding it) and its output back (a `ReorderOutput` reading it): what the rules'
+/// layout credits are checked against.
+#[cfg(test)]
+#[allow(clippy::result_large_err)]
+pub(crate) fn reorders_per_layer(executor: &OrtExecutor, network: &Network) -> Result<Vec<(bool, bool)>> {
+    let (graph, layer_of_node) = optimized_and_attributed(executor, network)?;
+    let mut per_layer = vec![(false, false); network.layers.len()];
+    for node in graph.graph.iter().flat_map(|g| &g.node) {
+        if let Some(Some(layer)) = layer_of_node.get(&node_key(node)) {
+            match node.op_type.as_str() {
+                "ReorderInput" => per_layer[*layer].0 = true,
+                "ReorderOutput" => per_layer[*layer].1 = true,
+                _ => {}
+            }
+        }
+    }
+    Ok(per_layer)
+}
+
+/// For every layer of `network`, the operators of the nodes ONNX Runtime's optimiser leaves for it (the layout
+/// reorders it inserts left out; operators working on blocked-layout tensors as `nchwc.Conv`, `nchwc.Concat`):
+/// what the engine rules are checked against.
+#[cfg(test)]
+#[allow(clippy::result_large_err)] // ort's builder errors, turned into ours by `OrtExecutor::session`
+pub(crate) fn optimized_nodes_per_layer(executor: &OrtExecutor, network: &Network) -> Result<Vec<Vec<String>>> {
+    let (graph, layer_of_node) = optimized_and_attributed(executor, network)?;
     let mut per_layer = vec![Vec::new(); network.layers.len()];
     // Tensors in the blocked layout: written by a blocked-layout operator (other than ReorderOutput), or by a
     // plain element-wise operator or concat reading one (they work on blocked tensors as they are).
@@ -287,7 +332,7 @@ pub(crate) fn optimized_nodes_per_layer(executor: &OrtExecutor, network: &Networ
         if node.op_type.starts_with("Reorder") {
             continue;
         }
-        if let Some(Some(layer)) = layer_of_node.get(&node.name) {
+        if let Some(Some(layer)) = layer_of_node.get(&node_key(node)) {
             per_layer[*layer].push(if blocked { format!("nchwc.{}", node.op_type) } else { node.op_type.clone() });
         }
     }

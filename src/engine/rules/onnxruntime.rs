@@ -7,14 +7,16 @@
 //! - `extended` also runs the activation a convolution or dense layer is followed by inside it (`FusedConv`,
 //!   `FusedGemm`: ReLU, ReLU6 as `Clip`, leaky ReLU, sigmoid, hard sigmoid, tanh);
 //! - `all` adds a residual add into the linear convolution feeding it (its sum input; the add's ReLU with it)
-//!   when the add is that convolution's only reader (the first input's when both can), and the NCHWc layout on x86 (blocks of 16 channels with
-//!   AVX-512, 8 with AVX2; [`OnnxRuntime::converted`] says which layers): blocked convolutions apply hard swish
-//!   too, and a batch norm that is not folded runs as a blocked 1x1 depthwise convolution taking the activation
-//!   after it (DenseNet's pre-activations).
+//!   when the add is that convolution's only reader (the first input's when both can; into a blocked one only
+//!   from a blocked tensor), and the NCHWc layout on x86 (blocks of 16 channels with AVX-512, 8 with AVX2;
+//!   [`OnnxRuntime::converted`] says which layers): blocked convolutions apply hard swish too, and a batch norm
+//!   that is not folded runs as a blocked 1x1 depthwise convolution taking the activation after it (DenseNet's
+//!   pre-activations).
 //!
 //! The layout costs time at its borders: a blocked layer measured alone converted its input into the blocked
 //! layout and its output back (`ReorderInput`, `ReorderOutput`), which inside a blocked region of a network it
-//! does not ([`EngineRules::layout_bytes_saved`]; the estimate takes them off at the rate `train` timed).
+//! does not ([`EngineRules::layout_bytes_saved`]; the estimate takes them off at the rate `train` timed). A
+//! second test checks these credits against the reorders in the optimised graph.
 //!
 //! A transformer's layers (from `extended` on): a multiply or divide by a scalar after a product of two tensors
 //! becomes the product's scale (`MatMulScaleFusion`: one `FusedMatMul`), and an add of two sequences (3-D with
@@ -22,7 +24,8 @@
 //! residuals; a pre-norm residual, which the next residual reads too, stays an `Add`).
 //!
 //! Not followed yet: the two channel slices of ShuffleNet's split, which ONNX Runtime runs as one `Split` at
-//! `extended` and above.
+//! `extended` and above; its common-subexpression elimination (from `basic` on), which runs identical weightless
+//! nodes on one input once (NASNet's per-branch ReLUs of a cell's input).
 
 use super::{scaled_product, single_readers, EngineRules, Fusion, Plan, Role};
 use crate::engine::GraphOptimization;
@@ -110,57 +113,215 @@ impl OnnxRuntime {
         }
     }
 
-    /// Which layers' outputs are in ONNX Runtime's blocked layout in `net`, in order: blocked convolutions (unless
-    /// an activation of their own runs apart), poolings of whole blocks of channels (whatever their input; a
-    /// global one unless flattened), and, when every input is blocked, a batch norm (a 1x1 depthwise convolution then), an add or multiply of equal shapes, a
-    /// channel concat of whole blocks, a ReLU, sigmoid, tanh, swish or GELU; a dropout (removed) passes its input's
-    /// layout on.
-    /// A layer run inside another has its owner's layout.
+    /// Which layers' outputs are in ONNX Runtime's blocked layout in `net`, in order
+    /// ([`EngineRules::output_blocked`] of each).
     fn converted(&self, net: &Network, analysis: &Analysis, plan: &Plan) -> Vec<bool> {
-        self.converted_by_roles(net, analysis, plan.roles())
-    }
-
-    /// [`Self::converted`] of the first `roles.len()` layers, from their roles (a plan being built).
-    fn converted_by_roles(&self, net: &Network, analysis: &Analysis, roles: &[Role]) -> Vec<bool> {
-        let n = roles.len().min(net.layers.len());
-        let mut converted = vec![false; n];
-        if !self.nchwc() {
-            return converted;
-        }
-        let block = self.nchwc_block;
-        for (i, layer) in net.layers.iter().enumerate().take(n) {
-            let srcs = &analysis.sources[i];
-            let inputs_blocked =
-                !srcs.is_empty() && srcs.iter().all(|s| matches!(s, Source::Layer(j) if converted[*j]));
-            let channels = analysis.input_shapes(i).first().and_then(|s| s.first()).copied().unwrap_or(0);
-            let same_shapes = analysis.input_shapes(i).windows(2).all(|w| w[0] == w[1]);
-            converted[i] = match &layer.op {
-                // An activation of its own that the blocked kernel does not apply runs as a node of its own: on
-                // the blocked output for swish and GELU (`QuickGelu`, `Gelu`), on the plain output after a
-                // conversion back for the others (ELU, softmax).
-                Op::Conv2d(_) | Op::DepthwiseConv2d(_) => {
-                    self.conv_blocked(net, analysis, i)
-                        && (self.own_activation_kind(&layer.op) != Some("activation")
-                            || layer.op.activation().is_some_and(reads_blocked))
-                }
-                Op::MaxPool2d(_) | Op::AvgPool2d(_) => channels.is_multiple_of(block),
-                // Converted whatever its input, like the other poolings; a flattened output is plain again.
-                Op::GlobalAvgPool2d | Op::GlobalMaxPool2d => {
-                    channels.is_multiple_of(block) && analysis.output_shapes[i].len() == 3
-                }
-                Op::BatchNorm | Op::Dropout { .. } => inputs_blocked,
-                Op::Add | Op::Multiply => inputs_blocked && same_shapes,
-                Op::Concat { axis } => {
-                    inputs_blocked
-                        && matches!(axis, 0 | -3)
-                        && analysis.input_shapes(i).iter().all(|s| s.first().is_some_and(|c| c.is_multiple_of(block)))
-                }
-                Op::Activation(a) => inputs_blocked && reads_blocked(*a),
-                _ => false,
-            } || matches!(roles[i], Role::Inside { owner, .. } if owner < i && converted[owner]);
+        let roles = plan.roles();
+        let mut converted = Vec::with_capacity(roles.len());
+        for i in 0..roles.len().min(net.layers.len()) {
+            let blocked = self.output_blocked(net, analysis, roles, &converted, i);
+            converted.push(blocked);
         }
         converted
     }
+
+    /// Per layer, the two conversions it ran measured alone that it does not run in `net` (see
+    /// [`EngineRules::layout_bytes_saved`]): of its input (the bytes, as it converted them alone), of its output.
+    fn conversions_saved(&self, net: &Network, analysis: &Analysis, plan: &Plan) -> Vec<Conversions> {
+        let n = net.layers.len();
+        let mut saved = vec![Conversions::default(); n];
+        if !self.nchwc() {
+            return saved;
+        }
+        let block = self.nchwc_block;
+        let in_channels = |i: usize| analysis.input_shapes(i).first().and_then(|s| s.first()).copied().unwrap_or(0);
+        let converted = self.converted(net, analysis, plan);
+        // The readers of what each running layer's kernel writes (its own output, or that of a layer run inside
+        // it), outside that kernel.
+        let kernel = |k: usize| kernel_of(plan, k);
+        let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (c, sources) in analysis.sources.iter().enumerate() {
+            for s in sources {
+                if let Source::Layer(w) = s {
+                    let k = kernel(*w);
+                    if k != kernel(c) && !readers[k].contains(&c) {
+                        readers[k].push(c);
+                    }
+                }
+            }
+        }
+        // A reader takes a blocked tensor for good when its kernel converted its own tensors measured alone (a
+        // blocked convolution that reads blocked input, even if an activation of its own then runs apart, or a
+        // pooling of whole blocks): what happens to its output is its own credit. A reader that passes the
+        // blocked layout on without having paid for conversions alone (an add, a ReLU or swish of its own, a
+        // blocked batch norm; or a layer run inside one) keeps it only when its own readers all do: otherwise
+        // the conversion back happens after it, and the network's output is plain. A blocked convolution that
+        // reads its input plain does not keep it.
+        let pays = |k: usize| match &net.layers[k].op {
+            Op::Conv2d(_) | Op::DepthwiseConv2d(_) => {
+                self.conv_blocked(net, analysis, k) && !self.reads_plain_input(net, analysis, k)
+            }
+            Op::MaxPool2d(_) | Op::AvgPool2d(_) | Op::GlobalAvgPool2d | Op::GlobalMaxPool2d => {
+                in_channels(k).is_multiple_of(block)
+            }
+            _ => false,
+        };
+        let keeps_alone = |k: usize| {
+            if pays(k) {
+                Some(true)
+            } else if !converted[k] || readers[k].is_empty() || self.reads_plain_input(net, analysis, k) {
+                Some(false)
+            } else {
+                None
+            }
+        };
+        let keeps = keeps_blocked_kernels(n, &kernel, &keeps_alone, &readers);
+        // Plain tensors (the network's input last) a blocked layer has converted for itself so far.
+        let mut reordered = vec![false; n + 1];
+        for (i, conversions) in saved.iter_mut().enumerate() {
+            if !plan.runs(i) {
+                continue;
+            }
+            // What layer i converted when measured alone: a blocked convolution its input (unless it reads it
+            // plain) and its output; a max or average pooling of whole blocks both.
+            let (paid_in, paid_out) = match &net.layers[i].op {
+                Op::Conv2d(_) | Op::DepthwiseConv2d(_) if self.conv_blocked(net, analysis, i) => {
+                    // With an activation of its own that runs apart on a plain tensor (ELU, softmax), its output is
+                    // converted back in a network too; swish and GELU read it blocked.
+                    let op = &net.layers[i].op;
+                    let own_apart = self.own_activation_kind(op) == Some("activation")
+                        && !op.activation().is_some_and(reads_blocked);
+                    (!self.reads_plain_input(net, analysis, i), !own_apart)
+                }
+                Op::MaxPool2d(_) | Op::AvgPool2d(_) if in_channels(i).is_multiple_of(block) => (true, true),
+                Op::GlobalAvgPool2d | Op::GlobalMaxPool2d if in_channels(i).is_multiple_of(block) => {
+                    (true, analysis.output_shapes[i].len() == 3)
+                }
+                _ => continue,
+            };
+            // Here a blocked producer hands its input over blocked (through a zero padding folded into the
+            // convolution, which reads the padding's input).
+            // Measured alone with the padding its own, the convolution converted the unpadded input.
+            let (mut input, mut input_elems) = (analysis.sources[i].first().copied(), analysis.costs[i].input_elems);
+            while let Some(Source::Layer(j)) = input {
+                let folded = matches!(plan.role(j), Role::Inside { owner, fusion: Fusion::Padding, .. } if owner == i);
+                if !folded {
+                    break;
+                }
+                (input, input_elems) = (analysis.sources[j].first().copied(), analysis.costs[j].input_elems);
+            }
+            (conversions.input_paid, conversions.output_paid) = (paid_in, paid_out);
+            conversions.input = input;
+            // A global pooling ONNX Runtime runs blocked only on a blocked input: on a plain one it runs plain,
+            // with neither conversion it made alone.
+            let global = matches!(net.layers[i].op, Op::GlobalAvgPool2d | Op::GlobalMaxPool2d);
+            if global && matches!(input, Some(Source::Layer(j)) if !converted[j]) {
+                conversions.input_bytes = input_elems * 4;
+                conversions.output = paid_out;
+                continue;
+            }
+            // A plain tensor several blocked layers read is converted once, for the first of them
+            // (one `ReorderInput`, shared).
+            let plain_tensor = match input {
+                Some(Source::Layer(j)) if converted[j] => None,
+                Some(Source::Layer(j)) => Some(j),
+                Some(Source::Input) => Some(n),
+                None => None,
+            };
+            let converted_before = paid_in && plain_tensor.is_some_and(|t| std::mem::replace(&mut reordered[t], true));
+            if paid_in && (matches!(input, Some(Source::Layer(j)) if converted[j]) || converted_before) {
+                conversions.input_bytes = input_elems * 4;
+            }
+            // Here its output stays blocked when every reader keeps the blocked layout.
+            if paid_out && !readers[i].is_empty() && readers[i].iter().all(|&c| keeps[kernel(c)]) {
+                conversions.output = true;
+            }
+        }
+        saved
+    }
+}
+
+/// The layout conversions a layer ran measured alone that it does not run in a network.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Conversions {
+    /// Whether it converted its input measured alone.
+    input_paid: bool,
+    /// The tensor it reads (through a zero padding folded into it: the padding's input).
+    input: Option<Source>,
+    /// Bytes of the input conversion saved (0: none, or it still runs).
+    input_bytes: u64,
+    /// Whether it converted its output back measured alone.
+    output_paid: bool,
+    /// Whether that conversion is saved: the output stays blocked for every reader.
+    output: bool,
+}
+
+/// The layer whose kernel runs layer `k`: its owner's (followed while the owner runs inside another), or its own.
+fn kernel_of(plan: &Plan, k: usize) -> usize {
+    let mut kernel = k;
+    for _ in 0..plan.roles().len() {
+        match plan.owner(kernel) {
+            Some(owner) if owner != kernel => kernel = owner,
+            _ => break,
+        }
+    }
+    kernel
+}
+
+/// Per kernel, whether it keeps a blocked tensor it reads: `alone(k)` when that settles it, else when every reader
+/// of its output (`readers[k]`, layers) does, through their kernels. Walked depth-first with a stack of its own
+/// (a chain of thousands of element-wise layers is as deep); a kernel met again on its own path keeps nothing.
+fn keeps_blocked_kernels(
+    n: usize,
+    kernel: &dyn Fn(usize) -> usize,
+    alone: &dyn Fn(usize) -> Option<bool>,
+    readers: &[Vec<usize>],
+) -> Vec<bool> {
+    let mut known: Vec<Option<bool>> = vec![None; n];
+    let mut on_path = vec![false; n];
+    for root in 0..n {
+        if known[root].is_some() || kernel(root) != root {
+            continue;
+        }
+        let mut stack = vec![(root, 0usize)];
+        on_path[root] = true;
+        while let Some(&(k, next)) = stack.last() {
+            let settled = if next == 0 { alone(k) } else { None };
+            let answer = match settled {
+                Some(answer) => Some(answer),
+                None => match readers[k].get(next).map(|&r| kernel(r)) {
+                    None => Some(true),
+                    Some(r) => match known[r] {
+                        Some(true) => {
+                            if let Some(top) = stack.last_mut() {
+                                top.1 += 1;
+                            }
+                            None
+                        }
+                        Some(false) => Some(false),
+                        None if on_path[r] => Some(false),
+                        None => {
+                            // Its answer comes back to `next`, which is still to be counted.
+                            on_path[r] = true;
+                            stack.push((r, 0));
+                            None
+                        }
+                    },
+                },
+            };
+            if let Some(answer) = answer {
+                known[k] = Some(answer);
+                on_path[k] = false;
+                stack.pop();
+            }
+        }
+    }
+    known.into_iter().map(|k| k == Some(true)).collect()
+}
+
+/// Whether a layer reading `sources` has every input, and at least one, in the blocked layout.
+fn all_inputs_blocked(sources: &[Source], blocked: &[bool]) -> bool {
+    !sources.is_empty() && sources.iter().all(|s| matches!(s, Source::Layer(k) if blocked.get(*k) == Some(&true)))
 }
 
 impl EngineRules for OnnxRuntime {
@@ -184,18 +345,64 @@ impl EngineRules for OnnxRuntime {
     /// A batch norm of its own runs as a blocked 1x1 depthwise convolution, which applies the activation after
     /// it, only when its input arrives blocked; on a plain one (the network's input, an ELU's output) it stays a
     /// `BatchNormalization` node and the activation a node of its own.
-    fn runs_as_product_in(&self, net: &Network, analysis: &Analysis, roles: &[Role], j: usize) -> bool {
+    fn runs_as_product_in(&self, net: &Network, analysis: &Analysis, blocked: &[bool], j: usize) -> bool {
         match &net.layers[j].op {
-            Op::BatchNorm => {
-                self.nchwc() && {
-                    let converted = self.converted_by_roles(net, analysis, roles);
-                    let srcs = &analysis.sources[j];
-                    !srcs.is_empty()
-                        && srcs.iter().all(|s| matches!(s, Source::Layer(k) if converted.get(*k) == Some(&true)))
-                }
-            }
+            Op::BatchNorm => self.nchwc() && all_inputs_blocked(&analysis.sources[j], blocked),
             op => self.runs_as_product(op),
         }
+    }
+
+    /// Blocked: convolutions ONNX Runtime runs in the layout (unless an activation of their own runs apart on a
+    /// plain tensor), max and average poolings of whole blocks of channels (whatever their input), and, when
+    /// every input is blocked, a global pooling of whole blocks (unless flattened), a batch norm (a 1x1 depthwise convolution then), an add or
+    /// multiply of equal shapes, a channel concat of whole blocks, a ReLU, sigmoid, tanh, swish or GELU; a
+    /// dropout (removed) passes its input's layout on. A layer run inside another has its owner's layout.
+    fn output_blocked(&self, net: &Network, analysis: &Analysis, roles: &[Role], blocked: &[bool], i: usize) -> bool {
+        if !self.nchwc() {
+            return false;
+        }
+        let block = self.nchwc_block;
+        let layer = &net.layers[i];
+        let inputs_blocked = all_inputs_blocked(&analysis.sources[i], blocked);
+        let channels = analysis.input_shapes(i).first().and_then(|s| s.first()).copied().unwrap_or(0);
+        let same_shapes = analysis.input_shapes(i).windows(2).all(|w| w[0] == w[1]);
+        (match &layer.op {
+            // An activation of its own that the blocked kernel does not apply runs as a node of its own: on the
+            // blocked output for swish and GELU (`QuickGelu`, `Gelu`), on the plain output after a conversion
+            // back for the others (ELU, softmax).
+            Op::Conv2d(_) | Op::DepthwiseConv2d(_) => {
+                self.conv_blocked(net, analysis, i)
+                    && (self.own_activation_kind(&layer.op) != Some("activation")
+                        || layer.op.activation().is_some_and(reads_blocked))
+            }
+            Op::MaxPool2d(_) | Op::AvgPool2d(_) => channels.is_multiple_of(block),
+            // Only on a blocked input (or the network's, which it converts), unlike the other poolings
+            // (`NchwcTransformer`); a flattened output is plain again.
+            Op::GlobalAvgPool2d | Op::GlobalMaxPool2d => {
+                channels.is_multiple_of(block)
+                    && analysis.output_shapes[i].len() == 3
+                    && (inputs_blocked || analysis.sources[i].as_slice() == [Source::Input])
+            }
+            Op::BatchNorm | Op::Dropout { .. } => inputs_blocked,
+            Op::Add | Op::Multiply => inputs_blocked && same_shapes,
+            Op::Concat { axis } => {
+                inputs_blocked
+                    && matches!(axis, 0 | -3)
+                    && analysis.input_shapes(i).iter().all(|s| s.first().is_some_and(|c| c.is_multiple_of(block)))
+            }
+            Op::Activation(a) => inputs_blocked && reads_blocked(*a),
+            _ => false,
+        }) || matches!(roles.get(i), Some(Role::Inside { owner, .. }) if *owner < i && blocked[*owner])
+    }
+
+    /// A blocked convolution takes the add only when the add's other input is blocked too: the `NchwcTransformer`
+    /// fuses an add into a convolution only when every input of the add is in the layout (Xception's middle
+    /// flow, whose residual runs plain from a pooling of 728 channels, keeps its adds).
+    fn takes_residual_add(&self, analysis: &Analysis, blocked: &[bool], add: usize, conv: usize, side: usize) -> bool {
+        if !blocked.get(conv).copied().unwrap_or(false) {
+            return true;
+        }
+        matches!(analysis.sources[add].get(1 - side), Some(Source::Layer(other)) if blocked.get(*other) == Some(&true))
     }
 
     fn fuses_activation(&self, producer: &Op, a: Activation) -> bool {
@@ -335,107 +542,11 @@ impl EngineRules for OnnxRuntime {
     }
 
     fn layout_bytes_saved(&self, net: &Network, analysis: &Analysis, plan: &Plan) -> Vec<u64> {
-        let n = net.layers.len();
-        let mut saved = vec![0; n];
-        if !self.nchwc() {
-            return saved;
-        }
-        let block = self.nchwc_block;
-        let in_channels = |i: usize| analysis.input_shapes(i).first().and_then(|s| s.first()).copied().unwrap_or(0);
-        let converted = self.converted(net, analysis, plan);
-        // The readers of what each running layer's kernel writes (its own output, or that of a layer run inside
-        // it), outside that kernel.
-        let kernel = |k: usize| plan.owner(k).unwrap_or(k);
-        let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n];
-        for (c, sources) in analysis.sources.iter().enumerate() {
-            for s in sources {
-                if let Source::Layer(w) = s {
-                    let k = kernel(*w);
-                    if k != kernel(c) && !readers[k].contains(&c) {
-                        readers[k].push(c);
-                    }
-                }
-            }
-        }
-        // A reader takes a blocked tensor for good when its kernel converted its own tensors measured alone (a
-        // blocked convolution that reads blocked input, even if an activation of its own then runs apart, or a
-        // pooling of whole blocks): what happens to its output is its own credit. A reader that passes the
-        // blocked layout on without having paid for conversions alone (an add, a ReLU or swish of its own, a
-        // blocked batch norm; or a layer run inside one) keeps it only when its own readers all do: otherwise
-        // the conversion back happens after it, and the network's output is plain.
-        let pays = |k: usize| match &net.layers[k].op {
-            Op::Conv2d(_) | Op::DepthwiseConv2d(_) => {
-                self.conv_blocked(net, analysis, k) && !self.reads_plain_input(net, analysis, k)
-            }
-            Op::MaxPool2d(_) | Op::AvgPool2d(_) | Op::GlobalAvgPool2d | Op::GlobalMaxPool2d => {
-                in_channels(k).is_multiple_of(block)
-            }
-            _ => false,
-        };
-        let mut keeps_memo: Vec<Option<bool>> = vec![None; n];
-        fn keeps_blocked(
-            c: usize,
-            kernel: &dyn Fn(usize) -> usize,
-            pays: &dyn Fn(usize) -> bool,
-            converted: &[bool],
-            readers: &[Vec<usize>],
-            memo: &mut [Option<bool>],
-        ) -> bool {
-            let k = kernel(c);
-            if let Some(known) = memo[k] {
-                return known;
-            }
-            let keeps = pays(k)
-                || (converted[k]
-                    && !readers[k].is_empty()
-                    && readers[k].iter().all(|&r| keeps_blocked(r, kernel, pays, converted, readers, memo)));
-            memo[k] = Some(keeps);
-            keeps
-        }
-        for (i, bytes) in saved.iter_mut().enumerate() {
-            if !plan.runs(i) {
-                continue;
-            }
-            // What layer i converted when measured alone: a blocked convolution its input (unless it reads it
-            // plain) and its output; a max or average pooling of whole blocks both.
-            let (paid_in, paid_out) = match &net.layers[i].op {
-                Op::Conv2d(_) | Op::DepthwiseConv2d(_) if self.conv_blocked(net, analysis, i) => {
-                    // With an activation of its own that runs apart on a plain tensor (ELU, softmax), its output is
-                    // converted back in a network too; swish and GELU read it blocked.
-                    let op = &net.layers[i].op;
-                    let own_apart = self.own_activation_kind(op) == Some("activation")
-                        && !op.activation().is_some_and(reads_blocked);
-                    (!self.reads_plain_input(net, analysis, i), !own_apart)
-                }
-                Op::MaxPool2d(_) | Op::AvgPool2d(_) if in_channels(i).is_multiple_of(block) => (true, true),
-                Op::GlobalAvgPool2d | Op::GlobalMaxPool2d if in_channels(i).is_multiple_of(block) => {
-                    (true, analysis.output_shapes[i].len() == 3)
-                }
-                _ => continue,
-            };
-            // Here a blocked producer hands its input over blocked (through a zero padding folded into the
-            // convolution, which reads the padding's input).
-            // Measured alone with the padding its own, the convolution converted the unpadded input.
-            let (mut input, mut input_elems) = (analysis.sources[i].first().copied(), analysis.costs[i].input_elems);
-            while let Some(Source::Layer(j)) = input {
-                let folded = matches!(plan.role(j), Role::Inside { owner, fusion: Fusion::Padding, .. } if owner == i);
-                if !folded {
-                    break;
-                }
-                (input, input_elems) = (analysis.sources[j].first().copied(), analysis.costs[j].input_elems);
-            }
-            if paid_in && matches!(input, Some(Source::Layer(j)) if converted[j]) {
-                *bytes += input_elems * 4;
-            }
-            // Here its output stays blocked when every reader keeps the blocked layout.
-            if paid_out
-                && !readers[i].is_empty()
-                && readers[i].iter().all(|&c| keeps_blocked(c, &kernel, &pays, &converted, &readers, &mut keeps_memo))
-            {
-                *bytes += analysis.costs[i].output_elems * 4;
-            }
-        }
-        saved
+        self.conversions_saved(net, analysis, plan)
+            .iter()
+            .zip(&analysis.costs)
+            .map(|(c, cost)| c.input_bytes + if c.output { cost.output_elems * 4 } else { 0 })
+            .collect()
     }
 
     fn folded_into_products(
@@ -887,6 +998,125 @@ mod tests {
         assert!(wrong.is_empty(), "{} layers differ:\n{}", wrong.len(), wrong.join("\n"));
     }
 
+    /// The layout conversions the rules credit against the reorders in ONNX Runtime's optimised graph. Inputs:
+    /// of the layers that converted the same tensor measured alone, as many are not credited as `ReorderInput`s
+    /// feed them in the network (one, shared, converts a plain tensor for all its blocked readers). Outputs: a
+    /// layer that converted its output back alone is credited exactly when no `ReorderOutput` reads it, nor the
+    /// output of a layer passing the blocked layout on from it (an add, a ReLU or swish of its own: the
+    /// conversion back then happens after that layer).
+    fn conversions_match_onnxruntime(net: &Network) -> Vec<String> {
+        let level = GraphOptimization::All;
+        let executor = OrtExecutor::new(1, level).unwrap_or_else(|e| panic!("these tests need ONNX Runtime: {e}"));
+        let reorders = crate::engine::onnxruntime::reorders_per_layer(&executor, net).unwrap();
+        let rules = OnnxRuntime::on_this_machine(level);
+        let analysis = net.analyze().unwrap();
+        let plan = rules.plan(net, &analysis);
+        let converted = rules.converted(net, &analysis, &plan);
+        let conversions = rules.conversions_saved(net, &analysis, &plan);
+        let mut wrong = Vec::new();
+        let mut by_tensor: std::collections::BTreeMap<String, (usize, usize, Vec<&str>)> = Default::default();
+        for (i, c) in conversions.iter().enumerate() {
+            if c.input_paid {
+                let entry = by_tensor.entry(format!("{:?}", c.input)).or_default();
+                entry.0 += usize::from(c.input_bytes == 0);
+                entry.1 += usize::from(reorders[i].0);
+                entry.2.push(&net.layers[i].name);
+            }
+        }
+        for (tensor, (uncredited, reordered, readers)) in by_tensor {
+            if uncredited != reordered {
+                wrong.push(format!(
+                    "{} {tensor}: {uncredited} of {readers:?} not credited their input conversion, {reordered} ReorderInput",
+                    net.name
+                ));
+            }
+        }
+        let n = net.layers.len();
+        let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (r, sources) in analysis.sources.iter().enumerate() {
+            for s in sources {
+                if let Source::Layer(w) = s {
+                    readers[*w].push(r);
+                }
+            }
+        }
+        // Whether the blocked tensor layer `i` writes is converted back at it or after a layer passing it on.
+        let mut reordered_after = vec![false; n];
+        for i in (0..n).rev() {
+            reordered_after[i] = reorders[i].1
+                || readers[i].iter().any(|&r| {
+                    (plan.owner(r) == Some(i) || (converted[r] && !conversions[r].input_paid)) && reordered_after[r]
+                });
+        }
+        for (i, c) in conversions.iter().enumerate() {
+            if c.output_paid && c.output == reordered_after[i] {
+                wrong.push(format!(
+                    "{} '{}': output conversion credited {}, ReorderOutput at it or after {}",
+                    net.name, net.layers[i].name, c.output, reordered_after[i]
+                ));
+            }
+        }
+        wrong
+    }
+
+    #[test]
+    fn a_long_run_of_layers_passing_the_layout_on_is_walked_without_recursion() {
+        // A blocked convolution, then 50,000 ReLUs each passing the blocked layout on, then a pooling keeping it:
+        // the convolution's output conversion is saved, found through the whole run.
+        let mut layers = vec![
+            r#"{"name": "conv", "type": "conv2d", "filters": 16, "kernel": [3, 3], "padding": "same"}"#.to_string(),
+        ];
+        layers
+            .extend((0..50_000).map(|k| format!(r#"{{"name": "relu{k}", "type": "activation", "function": "relu"}}"#)));
+        layers.push(r#"{"name": "pool", "type": "max_pool2d", "pool_size": [2, 2], "strides": [2, 2]}"#.to_string());
+        let json = format!(r#"{{"name": "run", "input_shape": [16, 8, 8], "layers": [{}]}}"#, layers.join(","));
+        let net = Network::from_json_str(&json, "run.json").unwrap();
+        let analysis = net.analyze().unwrap();
+        let rules = OnnxRuntime { level: GraphOptimization::All, nchwc_block: 16 };
+        let plan = rules.plan(&net, &analysis);
+        let conversions = rules.conversions_saved(&net, &analysis, &plan);
+        assert!(conversions[0].output_paid && conversions[0].output);
+    }
+
+    #[test]
+    fn layout_credits_follow_the_reorders_of_the_optimised_graph() {
+        let narrow = Network::from_json_str(
+            r#"{"name": "narrow", "input_shape": [16, 16, 16], "layers": [
+              {"name": "wide", "type": "conv2d", "filters": 16, "kernel": [3, 3], "padding": "same", "activation": "relu"},
+              {"name": "project", "type": "conv2d", "filters": 4, "kernel": [1, 1]},
+              {"name": "expand", "type": "conv2d", "filters": 32, "kernel": [3, 3], "padding": "same", "activation": "relu"},
+              {"name": "gelu", "type": "activation", "function": "gelu"},
+              {"name": "pool", "type": "max_pool2d", "pool_size": [2, 2], "strides": [2, 2]}]}"#,
+            "narrow.json",
+        )
+        .unwrap();
+        let mut wrong = conversions_match_onnxruntime(&narrow);
+        for name in [
+            "mobilenetv2.json",
+            "torchvision/resnet18.json",
+            "torchvision/mobilenet_v3_small.json",
+            "torchvision/regnet_x_400mf.json",
+            "torchvision/efficientnet_b0.json",
+            "torchvision/densenet121.json",
+            "inceptionv3.json",
+            "holdout/shufflenet_like.json",
+            "holdout/yolo_tiny_backbone.json",
+            "torchvision/googlenet.json",
+            "torchvision/shufflenet_v2_x1_0.json",
+            "torchvision/mnasnet1_0.json",
+            "torchvision/squeezenet1_0.json",
+            "torchvision/regnet_y_400mf.json",
+            "xception.json",
+            "efficientnetb0.json",
+            "densenet121.json",
+            "resnet50v2.json",
+            "mobilenetv3small.json",
+        ] {
+            wrong.extend(conversions_match_onnxruntime(&zoo(name)));
+        }
+        assert!(wrong.is_empty(), "{} conversions differ:\n{}", wrong.len(), wrong.join("\n"));
+    }
+
     #[test]
     fn the_plan_follows_the_optimised_graph_at_every_level() {
         let nets = [
@@ -899,6 +1129,15 @@ mod tests {
             "inceptionv3.json",
             "holdout/shufflenet_like.json",
             "holdout/yolo_tiny_backbone.json",
+            "xception.json",
+            "efficientnetb0.json",
+            "densenet121.json",
+            "resnet50v2.json",
+            "mobilenetv3small.json",
+            "torchvision/googlenet.json",
+            "torchvision/mnasnet1_0.json",
+            "torchvision/squeezenet1_0.json",
+            "torchvision/regnet_y_400mf.json",
             // Pre-norm (ViT) and post-norm (BERT) encoder blocks: the scores' scale, the residuals.
             "transformers/vit_ti16_encoder.json",
             "transformers/bert_small_encoder_s64.json",
