@@ -101,6 +101,10 @@ pub struct Candidate {
     pub per_unit: Option<u16>,
     /// Another device's model of the same triplet to build on (transfer); `None` trains from scratch.
     pub prior: Option<Arc<Prior>>,
+    /// Keep only the first this many trees of the fitted forest (an averaged forest: [`Regressor::trees`]). Its
+    /// cross-validation comes from the whole forest's fits ([`select`]): the trees a smaller forest would cost
+    /// nothing to try.
+    pub trees: Option<usize>,
 }
 
 /// A source device's trained predictor, as a candidate's prior knowledge (see [`TransferMode`]).
@@ -132,11 +136,33 @@ impl Candidate {
             engine_features: None,
             per_unit: None,
             prior: None,
+            trees: None,
         }
     }
 
     pub fn label(&self) -> String {
-        format!("{}{}", self.estimator.describe(), self.suffix())
+        let described = self.estimator.describe();
+        let described = match (self.trees, self.estimator.trees()) {
+            (Some(k), Some(n)) => described.replacen(&format!("trees={n}"), &format!("trees={k} of {n}"), 1),
+            _ => described,
+        };
+        format!("{described}{}", self.suffix())
+    }
+
+    /// The same candidate keeping the first `k` trees of its forest (see [`Candidate::trees`]).
+    pub fn with_first_trees(mut self, k: Option<usize>) -> Candidate {
+        self.trees = k;
+        self
+    }
+
+    /// About how many values its fitted model holds for `rows` training rows ([`Regressor::size`]), the trees
+    /// it keeps counted.
+    pub fn size(&self, rows: usize) -> f64 {
+        let full = self.estimator.size(rows);
+        match (self.trees, self.estimator.trees()) {
+            (Some(k), Some(n)) if n > 0 => full * k.min(n) as f64 / n as f64,
+            _ => full,
+        }
     }
 
     fn suffix(&self) -> String {
@@ -267,10 +293,16 @@ impl Candidate {
             .with_log_features(self.log_features)
             .with_engine_features(self.engine_features.clone())
             .with_per_unit(self.per_unit);
-        Ok(match &self.known {
+        let predictor = match &self.known {
             Some(known) => predictor.with_known_part(known.clone(), shift),
             None => predictor,
-        })
+        };
+        match self.trees {
+            Some(k) => predictor.with_first_trees(k).ok_or_else(|| {
+                Error::Invalid(format!("{}: the fitted model has no forest of more than {k} trees", self.label()))
+            }),
+            None => Ok(predictor),
+        }
     }
 }
 
@@ -279,6 +311,11 @@ pub const METHODS: [&str; 5] = ["ert", "xgb", "tree", "knn", "linear"];
 
 /// Trees of the fully grown extra-trees candidates.
 pub const ERT_TREES: usize = 48;
+
+/// The smaller forests tried from the fully grown extra-trees' first trees (see [`Candidate::trees`]): a
+/// prediction walks every tree, so where cross-validation cannot tell them from the whole forest, fewer trees
+/// answer a query faster from a smaller store.
+pub const FIRST_TREES: [usize; 3] = [16, 24, 32];
 
 /// The default search space: each method with a few tree-size bounds, on raw and (where the method is not
 /// invariant to it) log features, each with and without a log target. Ensemble sizes are kept small on purpose:
@@ -314,9 +351,12 @@ pub fn default_candidates(seed: u64) -> Vec<Candidate> {
     ];
     let mut candidates = Vec::new();
     for (estimator, feature_spaces) in estimators {
+        let smaller: &[usize] = if estimator.trees() == Some(ERT_TREES) { &FIRST_TREES } else { &[] };
         for &log_features in feature_spaces {
             for log_target in [false, true] {
-                candidates.push(Candidate::new(estimator.clone(), log_features, log_target));
+                let candidate = Candidate::new(estimator.clone(), log_features, log_target);
+                candidates.push(candidate.clone());
+                candidates.extend(smaller.iter().map(|&k| candidate.clone().with_first_trees(Some(k))));
             }
         }
     }
@@ -360,7 +400,7 @@ fn simplest_equivalent(
     };
     let size = |i: usize| {
         let c = &candidates[i];
-        c.estimator.size(rows) + if c.is_transfer() { 1e12 } else { 0.0 }
+        c.size(rows) + if c.is_transfer() { 1e12 } else { 0.0 }
     };
     let mut chosen = best;
     for (i, e) in evaluations.iter().enumerate() {
@@ -406,7 +446,20 @@ pub fn fold_assignment(n: usize, k: usize, seed: u64) -> Vec<Vec<usize>> {
 
 /// Out-of-fold predictions of one candidate (prediction for row i made by the model that did not see it).
 pub fn cross_val_predict(candidate: &Candidate, x: &[Vec<f64>], y: &[f64], folds: &[Vec<usize>]) -> Result<Vec<f64>> {
+    Ok(cross_val_predict_first_trees(candidate, x, y, folds, &[])?.0)
+}
+
+/// [`cross_val_predict`], and from the same fits the out-of-fold predictions of the first `trees[j]` trees of
+/// each fold's forest (see [`Candidate::trees`]); an error for those when the fitted model has no such forest.
+pub fn cross_val_predict_first_trees(
+    candidate: &Candidate,
+    x: &[Vec<f64>],
+    y: &[f64],
+    folds: &[Vec<usize>],
+    trees: &[usize],
+) -> Result<(Vec<f64>, Vec<Result<Vec<f64>>>)> {
     let mut predicted = vec![f64::NAN; x.len()];
+    let mut smaller: Vec<Result<Vec<f64>>> = trees.iter().map(|_| Ok(vec![f64::NAN; x.len()])).collect();
     let mut held_out = vec![false; x.len()];
     for fold in folds {
         held_out.iter_mut().for_each(|h| *h = false);
@@ -421,8 +474,17 @@ pub fn cross_val_predict(candidate: &Candidate, x: &[Vec<f64>], y: &[f64], folds
         for &i in fold {
             predicted[i] = predictor.predict(&x[i]);
         }
+        for (&k, out) in trees.iter().zip(&mut smaller) {
+            let Ok(values) = out else { continue };
+            match predictor.with_first_trees(k) {
+                Some(first) => fold.iter().for_each(|&i| values[i] = first.predict(&x[i])),
+                None => {
+                    *out = Err(Error::Invalid(format!("the fitted model has no forest of more than {k} trees")));
+                }
+            }
+        }
     }
-    Ok(predicted)
+    Ok((predicted, smaller))
 }
 
 /// Cross-validated result of one candidate.
@@ -444,18 +506,27 @@ pub struct Selection {
     pub best: usize,
 }
 
-/// Score one candidate on the folds; `Err` carries why it was skipped.
-fn evaluate(candidate: &Candidate, x: &[Vec<f64>], y: &[f64], folds: &[Vec<usize>]) -> Evaluation {
-    let label = candidate.label();
+/// Score one candidate on the folds, and from the same fits each of `smaller` (the same candidate keeping fewer
+/// of its trees: [`Candidate::trees`]); a skipped one carries why in its label.
+fn evaluate(
+    candidate: &Candidate,
+    smaller: &[&Candidate],
+    x: &[Vec<f64>],
+    y: &[f64],
+    folds: &[Vec<usize>],
+) -> (Evaluation, Vec<Evaluation>) {
     let started = std::time::Instant::now();
+    let trees: Vec<usize> = smaller.iter().filter_map(|c| c.trees).collect();
     // With a known part the rest is shifted positive at fit time; without, the log of y itself must exist.
     let outcome = if candidate.log_target && candidate.known.is_none() && y.iter().any(|v| *v <= 0.0) {
         Err("skipped: log target needs positive values".to_string())
+    } else if trees.len() != smaller.len() {
+        Err("skipped: a smaller forest without its tree count".to_string())
     } else {
-        cross_val_predict(candidate, x, y, folds).map_err(|e| format!("skipped: {e}"))
+        cross_val_predict_first_trees(candidate, x, y, folds, &trees).map_err(|e| format!("skipped: {e}"))
     };
     let seconds = started.elapsed().as_secs_f64();
-    match outcome {
+    let evaluation = |label: String, outcome: std::result::Result<Vec<f64>, String>| match outcome {
         Ok(predicted) => Evaluation { label, scores: scores(y, &predicted), predicted, seconds },
         Err(reason) => Evaluation {
             label: format!("{label} ({reason})"),
@@ -463,6 +534,20 @@ fn evaluate(candidate: &Candidate, x: &[Vec<f64>], y: &[f64], folds: &[Vec<usize
             predicted: vec![],
             seconds,
         },
+    };
+    match outcome {
+        Ok((predicted, first)) => (
+            evaluation(candidate.label(), Ok(predicted)),
+            smaller
+                .iter()
+                .zip(first)
+                .map(|(c, p)| evaluation(c.label(), p.map_err(|e| format!("skipped: {e}"))))
+                .collect(),
+        ),
+        Err(reason) => (
+            evaluation(candidate.label(), Err(reason.clone())),
+            smaller.iter().map(|c| evaluation(c.label(), Err(reason.clone()))).collect(),
+        ),
     }
 }
 
@@ -484,20 +569,35 @@ pub fn select(
 ) -> Result<Selection> {
     let assignment = fold_assignment(x.len(), folds, seed);
     let jobs = if jobs == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { jobs };
+    // A candidate keeping fewer trees is scored from its whole forest's fits, when that one is a candidate too.
+    let whole = |c: &Candidate| Candidate { trees: None, ..c.clone() }.label();
+    let parent: Vec<Option<usize>> = candidates
+        .iter()
+        .map(|c| c.trees.and_then(|_| candidates.iter().position(|p| p.trees.is_none() && whole(p) == whole(c))))
+        .collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let slots: Vec<std::sync::Mutex<Option<Evaluation>>> = candidates.iter().map(|_| Default::default()).collect();
     let (started_tx, started_rx) = std::sync::mpsc::channel::<String>();
     std::thread::scope(|scope| {
         for _ in 0..jobs.clamp(1, candidates.len().max(1)) {
             let started_tx = started_tx.clone();
-            let (next, slots, assignment) = (&next, &slots, &assignment);
+            let (next, slots, assignment, parent) = (&next, &slots, &assignment, &parent);
             scope.spawn(move || loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(candidate) = candidates.get(i) else { break };
+                if parent[i].is_some() {
+                    continue;
+                }
                 let _ = started_tx.send(candidate.label());
-                let evaluation = evaluate(candidate, x, y, assignment);
-                if let Ok(mut slot) = slots[i].lock() {
-                    *slot = Some(evaluation);
+                let children: Vec<usize> = (0..candidates.len()).filter(|&j| parent[j] == Some(i)).collect();
+                let smaller: Vec<&Candidate> = children.iter().map(|&j| &candidates[j]).collect();
+                let (evaluation, smaller) = evaluate(candidate, &smaller, x, y, assignment);
+                for (j, evaluation) in
+                    std::iter::once(i).chain(children).zip(std::iter::once(evaluation).chain(smaller))
+                {
+                    if let Ok(mut slot) = slots[j].lock() {
+                        *slot = Some(evaluation);
+                    }
                 }
             });
         }
@@ -544,6 +644,26 @@ mod tests {
             (0..150).map(|i| vec![(i % 13) as f64 + 1.0, (i % 7) as f64 + 1.0, (i % 3) as f64]).collect();
         let y = x.iter().map(|r| 3.0 * r[0] * r[1]).collect();
         (x, y)
+    }
+
+    #[test]
+    fn a_smaller_forest_is_scored_from_its_whole_forest_s_fits_as_if_fitted_alone() {
+        let (x, y) = data();
+        let whole = Candidate::new(Arc::new(ExtraTrees::default().with_n_trees(48).with_seed(3)), false, true);
+        let first = whole.clone().with_first_trees(Some(16));
+        assert_eq!(first.label(), "ert(trees=16 of 48,min_leaf=1)+log");
+        assert!((first.size(150) - whole.size(150) / 3.0).abs() < 1e-9);
+        let selection = select(&[whole.clone(), first.clone()], &x, &y, 5, 11, SelectBy::Mape, 2, |_| {}).unwrap();
+        let folds = fold_assignment(x.len(), 5, 11);
+        // Its own fits, truncated: the same out-of-fold predictions.
+        assert_eq!(selection.evaluations[1].predicted, cross_val_predict(&first, &x, &y, &folds).unwrap());
+        assert_eq!(selection.evaluations[0].predicted, cross_val_predict(&whole, &x, &y, &folds).unwrap());
+        // The fitted candidate keeps 16 trees.
+        let predictor = first.fit(&x, &y).unwrap();
+        match &predictor.model {
+            crate::train::model::Model::Forest(f) => assert_eq!(f.tree_count(), 16),
+            other => panic!("a forest, not {other:?}"),
+        }
     }
 
     #[test]

@@ -60,6 +60,10 @@ pub trait Regressor: std::fmt::Debug + Send + Sync {
     /// About how many values the fitted model holds, for `rows` training rows: what its store and its query
     /// cost grow with (selection prefers the smallest of equivalent candidates).
     fn size(&self, rows: usize) -> f64;
+    /// Trees of an averaged forest (extra-trees), whose first trees make a smaller forest of the same kind.
+    fn trees(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// Extremely randomised trees (Geurts et al. 2006): random thresholds, no bootstrap, averaged.
@@ -97,6 +101,9 @@ impl Regressor for ExtraTrees {
     }
     fn describe(&self) -> String {
         format!("ert(trees={},min_leaf={})", self.n_trees, self.min_samples_leaf)
+    }
+    fn trees(&self) -> Option<usize> {
+        Some(self.n_trees)
     }
     fn fit(&self, x: &[Vec<f64>], y: &[f64]) -> Result<Model> {
         check_shapes(x, y)?;
@@ -495,5 +502,24 @@ mod tests {
         for (r, expected) in x.iter().zip(&reference) {
             assert!(close(forest.predict(r), *expected), "{} vs {expected}", forest.predict(r));
         }
+    }
+
+    #[test]
+    fn an_extra_trees_forest_s_first_trees_are_the_smaller_forest_of_the_same_seed() {
+        let x = rows(400, 5);
+        let y: Vec<f64> = x.iter().map(|r| product(r)).collect();
+        let fit = |trees: usize| match ExtraTrees::default().with_n_trees(trees).with_seed(7).fit(&x, &y).unwrap() {
+            Model::Forest(f) => f,
+            _ => panic!("a forest"),
+        };
+        let (whole, sixteen) = (fit(48), fit(16));
+        let first = whole.first_trees(16).unwrap();
+        assert_eq!((first.tree_count(), first.node_count()), (sixteen.tree_count(), sixteen.node_count()));
+        for r in rows(60, 6) {
+            let (a, b) = (first.predict(&r), sixteen.predict(&r));
+            assert!((a - b).abs() <= 1e-12 * b.abs(), "{a} vs {b}");
+        }
+        // Not more trees than it has, nor none.
+        assert!(whole.first_trees(48).is_none() && whole.first_trees(0).is_none());
     }
 }

@@ -342,6 +342,29 @@ impl Forest {
         self.roots.len()
     }
 
+    /// The forest of its first `k` trees, for a forest whose prediction is the mean of its trees (extra-trees):
+    /// the trees it keeps are averaged over `k`. `None` unless it has more than `k > 0` trees.
+    pub fn first_trees(&self, k: usize) -> Option<Forest> {
+        let n = self.roots.len();
+        if k == 0 || k >= n {
+            return None;
+        }
+        let end = self.roots[k] as usize;
+        let nodes = self.nodes[..end].to_vec();
+        let roots = self.roots[..k].to_vec();
+        let ends = roots.iter().skip(1).map(|&e| e as usize).chain([end]);
+        let leaf = self.features as usize;
+        let depths: Vec<u16> = roots
+            .iter()
+            .zip(ends)
+            .map(|(&r, e)| tree_depth(&nodes, r as usize, e, leaf))
+            .collect::<Result<_, _>>()
+            .ok()?;
+        let group_depth = depths.chunks(LANES).map(|d| d.iter().copied().max().unwrap_or(0)).collect();
+        let scale = self.scale * n as f64 / k as f64;
+        Some(Forest { nodes, roots, group_depth, features: self.features, base: self.base, scale })
+    }
+
     pub fn node_count(&self) -> usize {
         self.nodes.len()
     }
@@ -1020,6 +1043,16 @@ static SMALL_WHOLE_LOGS: std::sync::LazyLock<[f64; SMALL_WHOLE + 1]> =
     std::sync::LazyLock::new(|| std::array::from_fn(|i| (i as f64).ln_1p()));
 
 impl Predictor {
+    /// The same predictor keeping the first `k` trees of its extra-trees forest (see [`Forest::first_trees`]);
+    /// `None` for another method, a transferred model, or a forest of at most `k` trees.
+    pub fn with_first_trees(&self, k: usize) -> Option<Predictor> {
+        if !self.method.starts_with("ert") {
+            return None;
+        }
+        let Model::Forest(forest) = &self.model else { return None };
+        Some(Predictor { model: Model::Forest(forest.first_trees(k)?), ..self.clone() })
+    }
+
     /// See [`KnownPart::pack_for_this_machine`].
     pub(crate) fn pack_for_this_machine(&mut self) {
         if let Some(known) = &mut self.known {

@@ -649,7 +649,7 @@ pub fn candidates_for(
 pub fn transfer_candidates(base: &[Candidate], source_device: &str, source: &Predictor) -> Vec<Candidate> {
     let prior =
         |mode| Some(Arc::new(Prior { source_device: source_device.to_string(), predictor: source.clone(), mode }));
-    let plain = || base.iter().filter(|c| c.engine_features.is_none() && c.per_unit.is_none());
+    let plain = || base.iter().filter(|c| c.engine_features.is_none() && c.per_unit.is_none() && c.trees.is_none());
     let ratio =
         plain().filter(|c| c.log_target && c.known.is_none()).map(|c| c.clone().with_prior(prior(TransferMode::Ratio)));
     let feature = plain().map(|c| c.clone().with_prior(prior(TransferMode::Feature)));
