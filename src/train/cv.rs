@@ -449,6 +449,9 @@ pub fn cross_val_predict(candidate: &Candidate, x: &[Vec<f64>], y: &[f64], folds
     Ok(cross_val_predict_first_trees(candidate, x, y, folds, &[])?.0)
 }
 
+/// Out-of-fold predictions of a candidate, and of each smaller forest of its first trees (or why there is none).
+pub type FirstTreesPredictions = (Vec<f64>, Vec<Result<Vec<f64>>>);
+
 /// [`cross_val_predict`], and from the same fits the out-of-fold predictions of the first `trees[j]` trees of
 /// each fold's forest (see [`Candidate::trees`]); an error for those when the fitted model has no such forest.
 pub fn cross_val_predict_first_trees(
@@ -457,7 +460,7 @@ pub fn cross_val_predict_first_trees(
     y: &[f64],
     folds: &[Vec<usize>],
     trees: &[usize],
-) -> Result<(Vec<f64>, Vec<Result<Vec<f64>>>)> {
+) -> Result<FirstTreesPredictions> {
     let mut predicted = vec![f64::NAN; x.len()];
     let mut smaller: Vec<Result<Vec<f64>>> = trees.iter().map(|_| Ok(vec![f64::NAN; x.len()])).collect();
     let mut held_out = vec![false; x.len()];
