@@ -40,7 +40,7 @@ pub struct Network {
 }
 
 /// Where a layer's input comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Source {
     Input,
     Layer(usize),

@@ -49,6 +49,9 @@ pub enum Fusion {
     /// An add its only reader computes as it reads (ONNX Runtime's `SkipLayerNormalization` adds the residual
     /// while it normalises): its time goes to the reader, its inputs live until the reader runs.
     IntoReader,
+    /// The same operation on the same inputs as the layer `owner` before it, which the engine runs once for both
+    /// (ONNX Runtime's common-subexpression elimination): its output is the owner's.
+    Duplicate,
 }
 
 /// What the engine does with one layer.
@@ -178,6 +181,12 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         _blocked: &[bool],
         _i: usize,
     ) -> bool {
+        false
+    }
+
+    /// Whether the engine runs a weightless layer (an activation, a pooling, an add, a concat...) once when an
+    /// earlier layer does the same on the same inputs ([`Fusion::Duplicate`]). No by default.
+    fn merges_duplicates(&self) -> bool {
         false
     }
 
@@ -372,6 +381,32 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
     /// calls [`Plan::run_add_alone`] for one it cannot time that way.
     fn plan(&self, net: &Network, analysis: &Analysis) -> Plan {
         let n = net.layers.len();
+        let duplicate_of = if self.merges_duplicates() { duplicates(net, &analysis.sources) } else { Vec::new() };
+        if duplicate_of.iter().any(Option::is_some) {
+            // Planned as the engine sees the graph: a duplicate's readers read its first instance, and the
+            // duplicate reads nothing (so that the first instance's input has the readers it has in the engine).
+            let mut canonical = analysis.clone();
+            for (i, sources) in canonical.sources.iter_mut().enumerate() {
+                for s in sources.iter_mut() {
+                    if let Source::Layer(j) = s {
+                        *j = duplicate_of[*j].unwrap_or(*j);
+                    }
+                }
+                if duplicate_of[i].is_some() {
+                    sources.clear();
+                }
+            }
+            let mut plan = self.plan_merged(net, &canonical, &duplicate_of);
+            plan.consumers = consumers(&canonical.sources, n);
+            return plan;
+        }
+        self.plan_merged(net, analysis, &duplicate_of)
+    }
+
+    /// [`EngineRules::plan`] of a network whose duplicates (`duplicate_of`, empty for none) are already merged
+    /// in `analysis`'s sources.
+    fn plan_merged(&self, net: &Network, analysis: &Analysis, duplicate_of: &[Option<usize>]) -> Plan {
+        let n = net.layers.len();
         let consumers = consumers(&analysis.sources, n);
         let padding_into =
             if self.fuses_padding() { padding_fused_into(net, &analysis.sources, &consumers) } else { vec![None; n] };
@@ -384,6 +419,8 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
             let inside = |owner: usize, via: usize, fusion: Fusion| Role::Inside { owner, via, fusion };
             let role = if layer.op.layer_type().is_free() {
                 Role::Free
+            } else if let Some(Some(first)) = duplicate_of.get(i) {
+                inside(*first, *first, Fusion::Duplicate)
             } else if let Some(conv) = padding_into[i] {
                 inside(conv, conv, Fusion::Padding)
             } else if let Some(conv) = concat_read_by[i] {
@@ -529,6 +566,56 @@ pub fn single_readers(sources: &[Vec<Source>], consumers: &[u32]) -> Vec<Option<
 }
 
 /// How many layers read each layer's output.
+/// Per layer, the earlier layer it duplicates: a weightless layer (activation, softmax, pooling, add, multiply,
+/// concat, cropping, shuffle, slice, transpose) doing the same operation on the same inputs (through duplicates
+/// already found) as a layer before it; `None` for the first of each. Not a zero padding: ONNX Runtime folds each
+/// into the convolution reading it first (NASNet's paddings of one ReLU's output stay two, one per convolution).
+/// Without a tensor that several layers read there are none, and a chain costs a count.
+pub fn duplicates(net: &Network, sources: &[Vec<Source>]) -> Vec<Option<usize>> {
+    let n = net.layers.len();
+    let mut of: Vec<Option<usize>> = vec![None; n];
+    let readers = consumers(sources, n);
+    let input_readers = sources.iter().flatten().filter(|s| **s == Source::Input).count();
+    if input_readers < 2 && readers.iter().all(|&r| r < 2) {
+        return of;
+    }
+    let mut firsts: std::collections::HashMap<Vec<Source>, Vec<usize>> = std::collections::HashMap::new();
+    for (i, layer) in net.layers.iter().enumerate() {
+        let weightless = matches!(
+            layer.op,
+            Op::Activation(_)
+                | Op::Softmax { .. }
+                | Op::MaxPool2d(_)
+                | Op::AvgPool2d(_)
+                | Op::GlobalAvgPool2d
+                | Op::GlobalMaxPool2d
+                | Op::Add
+                | Op::Multiply
+                | Op::Concat { .. }
+                | Op::Cropping2d { .. }
+                | Op::ChannelShuffle { .. }
+                | Op::ChannelSlice { .. }
+                | Op::Transpose { .. }
+        );
+        if !weightless || sources[i].is_empty() {
+            continue;
+        }
+        let canonical: Vec<Source> = sources[i]
+            .iter()
+            .map(|s| match *s {
+                Source::Layer(j) => Source::Layer(of[j].unwrap_or(j)),
+                s => s,
+            })
+            .collect();
+        let same = firsts.entry(canonical).or_default();
+        match same.iter().find(|&&first| net.layers[first].op == layer.op) {
+            Some(&first) => of[i] = Some(first),
+            None => same.push(i),
+        }
+    }
+    of
+}
+
 pub fn consumers(sources: &[Vec<Source>], n: usize) -> Vec<u32> {
     let mut consumers = vec![0u32; n];
     for srcs in sources {
@@ -568,6 +655,44 @@ mod tests {
 
     fn index(net: &Network, name: &str) -> usize {
         net.layers.iter().position(|l| l.name == name).unwrap()
+    }
+
+    #[test]
+    fn identical_weightless_layers_on_the_same_inputs_run_once_where_the_engine_merges_them() {
+        let net = Network::from_json_str(
+            r#"{"name": "twins", "input_shape": [16, 8, 8], "layers": [
+              {"name": "conv", "type": "conv2d", "filters": 16, "kernel": [1, 1]},
+              {"name": "relu_a", "type": "activation", "function": "relu"},
+              {"name": "relu_b", "type": "activation", "function": "relu", "inputs": ["conv"]},
+              {"name": "relu6", "type": "activation", "function": "relu6", "inputs": ["conv"]},
+              {"name": "pool_a", "type": "max_pool2d", "pool_size": [2, 2], "strides": [2, 2], "inputs": ["relu_a"]},
+              {"name": "pool_b", "type": "max_pool2d", "pool_size": [2, 2], "strides": [2, 2], "inputs": ["relu_b"]},
+              {"name": "pool_c", "type": "max_pool2d", "pool_size": [3, 3], "strides": [2, 2], "inputs": ["relu_b"]},
+              {"name": "sum", "type": "add", "inputs": ["pool_a", "pool_b"]}]}"#,
+            "twins.json",
+        )
+        .unwrap();
+        let analysis = net.analyze().unwrap();
+        let of = duplicates(&net, &analysis.sources);
+        let at = |name: &str| of[index(&net, name)];
+        // The second ReLU is the first; a ReLU6 is not; a pooling of the duplicate is one of the first ReLU's
+        // (found through it); a pooling of another size is not.
+        assert_eq!(at("relu_b"), Some(index(&net, "relu_a")));
+        assert_eq!(at("relu6"), None);
+        assert_eq!(at("pool_b"), Some(index(&net, "pool_a")));
+        assert_eq!(at("pool_c"), None);
+        assert!(at("relu_a").is_none() && at("sum").is_none());
+        // ONNX Runtime merges them (from `basic` on), tract runs each.
+        let ort = OnnxRuntime { level: crate::engine::GraphOptimization::Basic, nchwc_block: 0 };
+        let plan = ort.plan(&net, &analysis);
+        let relu_a = index(&net, "relu_a");
+        assert_eq!(
+            plan.role(index(&net, "relu_b")),
+            Role::Inside { owner: relu_a, via: relu_a, fusion: Fusion::Duplicate }
+        );
+        assert!(plan.runs(relu_a) && plan.runs(index(&net, "relu6")));
+        let tract = Tract.plan(&net, &analysis);
+        assert!(tract.runs(index(&net, "pool_b")));
     }
 
     /// ResNet v1's projection block: a product on each side, the add and its ReLU.

@@ -620,6 +620,8 @@ pub(super) fn memory(
                             Some(Source::Layer(j)) => {
                                 source = match plan.role(j) {
                                     Role::Inside { fusion: Fusion::ResidualAdd, via, .. } => Some(Source::Layer(via)),
+                                    // A duplicate's output is its first instance's.
+                                    Role::Inside { fusion: Fusion::Duplicate, owner, .. } => Some(Source::Layer(owner)),
                                     _ => analysis.sources[j].first().copied(),
                                 }
                             }
@@ -657,15 +659,19 @@ pub(super) fn memory(
     }
     let input_bytes = net.input_shape.iter().product::<usize>() as u64 * net.batch_size as u64 * BYTES_PER_ELEMENT;
     // A fused add's output is the convolution's output (the product adds the other input as it stores): the
-    // memory walk aliases a layer that does not run to its first input, so that side goes first.
+    // memory walk aliases a layer that does not run to its first input, so that side goes first. A duplicate's
+    // output is its first instance's: it reads that.
     let reordered;
-    let sources = if plan.roles().iter().any(|r| matches!(r, Role::Inside { fusion: Fusion::ResidualAdd, .. })) {
+    let rewritten = |r: &Role| matches!(r, Role::Inside { fusion: Fusion::ResidualAdd | Fusion::Duplicate, .. });
+    let sources = if plan.roles().iter().any(rewritten) {
         let mut s = analysis.sources.clone();
-        for (add, role) in plan.roles().iter().enumerate() {
-            if let Role::Inside { via, fusion: Fusion::ResidualAdd, .. } = *role {
-                if s[add].get(1) == Some(&Source::Layer(via)) {
-                    s[add].swap(0, 1);
+        for (i, role) in plan.roles().iter().enumerate() {
+            match *role {
+                Role::Inside { via, fusion: Fusion::ResidualAdd, .. } if s[i].get(1) == Some(&Source::Layer(via)) => {
+                    s[i].swap(0, 1);
                 }
+                Role::Inside { owner, fusion: Fusion::Duplicate, .. } => s[i] = vec![Source::Layer(owner)],
+                _ => {}
             }
         }
         reordered = s;

@@ -321,7 +321,8 @@ pub const FIRST_TREES: [usize; 3] = [16, 24, 32];
 /// invariant to it) log features, each with and without a log target. Ensemble sizes are kept small on purpose:
 /// a prediction walks every tree, and estimation wants a single-layer prediction in microseconds and a store of
 /// tens of megabytes; the minimum leaf sizes bound the trees' size and depth (the fully grown extra-trees have
-/// [`ERT_TREES`] trees, the others 16). Best-split trees and boosting choose
+/// [`ERT_TREES`] trees, whose first [`FIRST_TREES`] are candidates too, the others 16). Best-split trees and
+/// boosting choose
 /// the same splits on log features, so they are tried on raw features only. `seed` makes the randomised methods
 /// reproducible.
 pub fn default_candidates(seed: u64) -> Vec<Candidate> {
@@ -556,9 +557,10 @@ fn evaluate(
 
 /// Score every candidate on the same folds and pick the best by `select_by`. Candidates that cannot apply (a log
 /// target with values ≤ 0) or fail to fit are kept with their reason in the label; an error only if none works.
-/// Candidates are spread over `jobs` threads (0 = one per core); each is computed independently of the others,
-/// so the result does not depend on `jobs`. `progress` is called (on this thread) with each candidate's label
-/// as it starts.
+/// Candidates are spread over `jobs` threads (0 = one per core); each is computed independently of the others
+/// (one keeping its forest's first trees together with that forest, whose fits it shares, and whose time it
+/// reports), so the result does not depend on `jobs`. `progress` is called (on this thread) with each fitted
+/// candidate's label as it starts.
 #[allow(clippy::too_many_arguments)]
 pub fn select(
     candidates: &[Candidate],
@@ -572,11 +574,18 @@ pub fn select(
 ) -> Result<Selection> {
     let assignment = fold_assignment(x.len(), folds, seed);
     let jobs = if jobs == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { jobs };
-    // A candidate keeping fewer trees is scored from its whole forest's fits, when that one is a candidate too.
+    // A candidate keeping fewer trees is scored from its whole forest's fits, when that one is a candidate too:
+    // the same estimator (not only an equal label) and otherwise the same.
     let whole = |c: &Candidate| Candidate { trees: None, ..c.clone() }.label();
     let parent: Vec<Option<usize>> = candidates
         .iter()
-        .map(|c| c.trees.and_then(|_| candidates.iter().position(|p| p.trees.is_none() && whole(p) == whole(c))))
+        .map(|c| {
+            c.trees.and_then(|_| {
+                candidates
+                    .iter()
+                    .position(|p| p.trees.is_none() && Arc::ptr_eq(&p.estimator, &c.estimator) && whole(p) == whole(c))
+            })
+        })
         .collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let slots: Vec<std::sync::Mutex<Option<Evaluation>>> = candidates.iter().map(|_| Default::default()).collect();

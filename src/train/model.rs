@@ -1050,7 +1050,17 @@ impl Predictor {
             return None;
         }
         let Model::Forest(forest) = &self.model else { return None };
-        Some(Predictor { model: Model::Forest(forest.first_trees(k)?), ..self.clone() })
+        // Field by field: `..self.clone()` would copy the whole forest first.
+        Some(Predictor {
+            method: self.method.clone(),
+            log_target: self.log_target,
+            log_features: self.log_features,
+            model: Model::Forest(forest.first_trees(k)?),
+            known: self.known.clone(),
+            shift: self.shift,
+            engine_features: self.engine_features.clone(),
+            per_unit: self.per_unit,
+        })
     }
 
     /// See [`KnownPart::pack_for_this_machine`].

@@ -23,9 +23,11 @@
 //! the batch) whose only reader is a layer norm over the last axis is computed by it (`SkipLayerNormFusion`: BERT's post-norm
 //! residuals; a pre-norm residual, which the next residual reads too, stays an `Add`).
 //!
+//! From `basic` on, identical weightless layers on the same inputs run once (`CommonSubexpressionElimination`:
+//! NASNet's per-branch ReLUs of a cell's input; [`EngineRules::merges_duplicates`]).
+//!
 //! Not followed yet: the two channel slices of ShuffleNet's split, which ONNX Runtime runs as one `Split` at
-//! `extended` and above; its common-subexpression elimination (from `basic` on), which runs identical weightless
-//! nodes on one input once (NASNet's per-branch ReLUs of a cell's input).
+//! `extended` and above.
 
 use super::{scaled_product, single_readers, EngineRules, Fusion, Plan, Role};
 use crate::engine::GraphOptimization;
@@ -224,7 +226,7 @@ impl OnnxRuntime {
             // (one `ReorderInput`, shared).
             let plain_tensor = match input {
                 Some(Source::Layer(j)) if converted[j] => None,
-                Some(Source::Layer(j)) => Some(j),
+                Some(Source::Layer(j)) => Some(kernel(j)),
                 Some(Source::Input) => Some(n),
                 None => None,
             };
@@ -353,8 +355,9 @@ impl EngineRules for OnnxRuntime {
     }
 
     /// Blocked: convolutions ONNX Runtime runs in the layout (unless an activation of their own runs apart on a
-    /// plain tensor), max and average poolings of whole blocks of channels (whatever their input), and, when
-    /// every input is blocked, a global pooling of whole blocks (unless flattened), a batch norm (a 1x1 depthwise convolution then), an add or
+    /// plain tensor), max and average poolings of whole blocks of channels (whatever their input), a global
+    /// pooling of whole blocks (unless flattened) on a blocked input or the network's, and, when every input is
+    /// blocked, a batch norm (a 1x1 depthwise convolution then), an add or
     /// multiply of equal shapes, a channel concat of whole blocks, a ReLU, sigmoid, tanh, swish or GELU; a
     /// dropout (removed) passes its input's layout on. A layer run inside another has its owner's layout.
     fn output_blocked(&self, net: &Network, analysis: &Analysis, roles: &[Role], blocked: &[bool], i: usize) -> bool {
@@ -392,7 +395,7 @@ impl EngineRules for OnnxRuntime {
             }
             Op::Activation(a) => inputs_blocked && reads_blocked(*a),
             _ => false,
-        }) || matches!(roles.get(i), Some(Role::Inside { owner, .. }) if *owner < i && blocked[*owner])
+        }) || matches!(roles.get(i), Some(Role::Inside { owner, .. }) if *owner < i && blocked.get(*owner) == Some(&true))
     }
 
     /// A blocked convolution takes the add only when the add's other input is blocked too: the `NchwcTransformer`
@@ -402,7 +405,7 @@ impl EngineRules for OnnxRuntime {
         if !blocked.get(conv).copied().unwrap_or(false) {
             return true;
         }
-        matches!(analysis.sources[add].get(1 - side), Some(Source::Layer(other)) if blocked.get(*other) == Some(&true))
+        matches!(analysis.sources[add].get(side ^ 1), Some(Source::Layer(other)) if blocked.get(*other) == Some(&true))
     }
 
     fn fuses_activation(&self, producer: &Op, a: Activation) -> bool {
@@ -424,6 +427,12 @@ impl EngineRules for OnnxRuntime {
     }
 
     fn folds_batch_norm(&self) -> bool {
+        self.at_least(GraphOptimization::Basic)
+    }
+
+    /// `CommonSubexpressionElimination`, from `basic` on: NASNet's cells apply a ReLU to the same tensor once
+    /// per branch, and ONNX Runtime runs one.
+    fn merges_duplicates(&self) -> bool {
         self.at_least(GraphOptimization::Basic)
     }
 
@@ -762,8 +771,27 @@ mod tests {
         let plan = rules.plan(net, &analysis);
         let converted = rules.converted(net, &analysis, &plan);
         let mut wrong = Vec::new();
+        // Of a layer and its duplicates ONNX Runtime keeps one node, not always the first's: one of them must have
+        // nodes, in the first's layout.
+        let duplicate_of = |i: usize| match plan.role(i) {
+            Role::Inside { owner, fusion: Fusion::Duplicate, .. } => Some(owner),
+            _ => None,
+        };
+        let mut nodes = nodes;
+        for i in 0..net.layers.len() {
+            if let Some(first) = duplicate_of(i) {
+                if nodes[first].is_empty() && !nodes[i].is_empty() {
+                    nodes.swap(first, i);
+                } else if !nodes[i].is_empty() {
+                    wrong.push(format!(
+                        "{} '{}' ({level:?}): a duplicate with nodes {:?}",
+                        net.name, net.layers[i].name, nodes[i]
+                    ));
+                }
+            }
+        }
         for (i, layer) in net.layers.iter().enumerate() {
-            if matches!(plan.role(i), Role::Free) {
+            if matches!(plan.role(i), Role::Free) || duplicate_of(i).is_some() {
                 continue;
             }
             // The layout too: a running layer's output is blocked exactly when ONNX Runtime's last node for it
@@ -1007,17 +1035,30 @@ mod tests {
     fn conversions_match_onnxruntime(net: &Network) -> Vec<String> {
         let level = GraphOptimization::All;
         let executor = OrtExecutor::new(1, level).unwrap_or_else(|e| panic!("these tests need ONNX Runtime: {e}"));
-        let reorders = crate::engine::onnxruntime::reorders_per_layer(&executor, net).unwrap();
+        let mut reorders = crate::engine::onnxruntime::reorders_per_layer(&executor, net).unwrap();
         let rules = OnnxRuntime::on_this_machine(level);
         let analysis = net.analyze().unwrap();
         let plan = rules.plan(net, &analysis);
         let converted = rules.converted(net, &analysis, &plan);
         let conversions = rules.conversions_saved(net, &analysis, &plan);
+        // ONNX Runtime keeps one of a layer and its duplicates, not always the first: their reorders are the first's.
+        for i in 0..net.layers.len() {
+            if let Role::Inside { owner, fusion: Fusion::Duplicate, .. } = plan.role(i) {
+                let (input, output) = std::mem::take(&mut reorders[i]);
+                reorders[owner].0 |= input;
+                reorders[owner].1 |= output;
+            }
+        }
         let mut wrong = Vec::new();
         let mut by_tensor: std::collections::BTreeMap<String, (usize, usize, Vec<&str>)> = Default::default();
         for (i, c) in conversions.iter().enumerate() {
             if c.input_paid {
-                let entry = by_tensor.entry(format!("{:?}", c.input)).or_default();
+                // One tensor, whichever of a layer and its duplicates (or the layers inside a kernel) names it.
+                let tensor = match c.input {
+                    Some(Source::Layer(j)) => Some(Source::Layer(kernel_of(&plan, j))),
+                    other => other,
+                };
+                let entry = by_tensor.entry(format!("{tensor:?}")).or_default();
                 entry.0 += usize::from(c.input_bytes == 0);
                 entry.1 += usize::from(reorders[i].0);
                 entry.2.push(&net.layers[i].name);
@@ -1061,13 +1102,13 @@ mod tests {
 
     #[test]
     fn a_long_run_of_layers_passing_the_layout_on_is_walked_without_recursion() {
-        // A blocked convolution, then 50,000 ReLUs each passing the blocked layout on, then a pooling keeping it:
-        // the convolution's output conversion is saved, found through the whole run.
+        // A blocked convolution, then 50,000 GELUs, each a node of its own passing the blocked layout on, then a
+        // pooling keeping it: the convolution's output conversion is saved, found through the whole run.
         let mut layers = vec![
             r#"{"name": "conv", "type": "conv2d", "filters": 16, "kernel": [3, 3], "padding": "same"}"#.to_string(),
         ];
         layers
-            .extend((0..50_000).map(|k| format!(r#"{{"name": "relu{k}", "type": "activation", "function": "relu"}}"#)));
+            .extend((0..50_000).map(|k| format!(r#"{{"name": "gelu{k}", "type": "activation", "function": "gelu"}}"#)));
         layers.push(r#"{"name": "pool", "type": "max_pool2d", "pool_size": [2, 2], "strides": [2, 2]}"#.to_string());
         let json = format!(r#"{{"name": "run", "input_shape": [16, 8, 8], "layers": [{}]}}"#, layers.join(","));
         let net = Network::from_json_str(&json, "run.json").unwrap();
@@ -1075,6 +1116,7 @@ mod tests {
         let rules = OnnxRuntime { level: GraphOptimization::All, nchwc_block: 16 };
         let plan = rules.plan(&net, &analysis);
         let conversions = rules.conversions_saved(&net, &analysis, &plan);
+        assert!((1..=50_000).all(|i| plan.runs(i)), "every GELU runs as a node of its own");
         assert!(conversions[0].output_paid && conversions[0].output);
     }
 
@@ -1107,6 +1149,7 @@ mod tests {
             "torchvision/squeezenet1_0.json",
             "torchvision/regnet_y_400mf.json",
             "xception.json",
+            "nasnetmobile.json",
             "efficientnetb0.json",
             "densenet121.json",
             "resnet50v2.json",
@@ -1130,6 +1173,7 @@ mod tests {
             "holdout/shufflenet_like.json",
             "holdout/yolo_tiny_backbone.json",
             "xception.json",
+            "nasnetmobile.json",
             "efficientnetb0.json",
             "densenet121.json",
             "resnet50v2.json",

@@ -84,14 +84,16 @@ pub const CALIBRATION_FORMAT: u32 = 4;
 /// taking the activation after it, only on a blocked input (ONNX Runtime only: see [`rules_current`]); 6: ONNX
 /// Runtime's blocked convolution takes a residual add only when the add's other input is blocked too, a global
 /// pooling runs blocked only on a blocked input, a plain tensor is converted once for all its blocked readers,
-/// and a blocked output read by a convolution that reads its input plain is converted back (ONNX Runtime only).
+/// and a blocked output read by a convolution that reads its input plain is converted back (ONNX Runtime only); 7:
+/// ONNX Runtime runs identical weightless layers on the same inputs once (its common-subexpression elimination:
+/// NASNet's per-branch ReLUs; ONNX Runtime only).
 /// (Residual adds inside products with a constant weight came later without a bump: they change no network
 /// without such products, i.e. nothing any calibration of rules 2 was fitted on.)
-pub const ESTIMATOR_RULES: u32 = 6;
+pub const ESTIMATOR_RULES: u32 = 7;
 
 /// Whether a calibration fitted under estimator rules `recorded` counted what the current rules count for the
-/// engine whose rules are named `rules` ([`crate::engine::rules::EngineRules::name`]): rules 5 and 6 changed ONNX
-/// Runtime's estimates alone, so a calibration of rules 4 or 5 is current for any other engine.
+/// engine whose rules are named `rules` ([`crate::engine::rules::EngineRules::name`]): rules 5 to 7 changed ONNX
+/// Runtime's estimates alone, so a calibration of rules 4 to 6 is current for any other engine.
 pub fn rules_current(recorded: u32, rules: &str) -> bool {
     recorded == ESTIMATOR_RULES || ((4..ESTIMATOR_RULES).contains(&recorded) && rules != "onnxruntime")
 }
@@ -1271,8 +1273,8 @@ mod tests {
     #[test]
     fn a_calibration_of_older_rules_is_current_only_for_engines_whose_estimates_they_did_not_change() {
         assert!(rules_current(ESTIMATOR_RULES, "onnxruntime") && rules_current(ESTIMATOR_RULES, "tract"));
-        // Rules 5 and 6 changed ONNX Runtime's estimates alone.
-        assert!(!rules_current(4, "onnxruntime") && !rules_current(5, "onnxruntime"));
+        // Rules 5 to 7 changed ONNX Runtime's estimates alone.
+        assert!(!rules_current(4, "onnxruntime") && !rules_current(6, "onnxruntime"));
         assert!(rules_current(4, "tract") && rules_current(4, "generic") && rules_current(5, "tract"));
         assert!(!rules_current(3, "tract") && !rules_current(0, "tract"));
     }
