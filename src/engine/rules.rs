@@ -232,6 +232,20 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         vec![None; net.layers.len()]
     }
 
+    /// Another convolution that can take residual add `add` when the one [`EngineRules::residual_adds`] named
+    /// (on the add's input `side`) does not ([`EngineRules::takes_residual_add`]), and the input leading to it.
+    /// None by default.
+    fn residual_add_fallback(
+        &self,
+        _net: &Network,
+        _analysis: &Analysis,
+        _consumers: &[u32],
+        _add: usize,
+        _side: usize,
+    ) -> Option<(usize, usize)> {
+        None
+    }
+
     /// Whether convolution `conv` takes residual add `add` ([`EngineRules::residual_adds`], its input `side`
     /// leading back to it) once the layouts of the layers before the add are known (`blocked`,
     /// [`EngineRules::output_blocked`]). Always by default.
@@ -425,9 +439,12 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
                 inside(conv, conv, Fusion::Padding)
             } else if let Some(conv) = concat_read_by[i] {
                 inside(conv, conv, Fusion::UnbuiltConcat)
-            } else if let Some((conv, side)) =
-                add_into[i].filter(|&(conv, side)| self.takes_residual_add(analysis, &blocked, i, conv, side))
-            {
+            } else if let Some((conv, side)) = add_into[i].and_then(|(conv, side)| {
+                let takes = |&(conv, side): &(usize, usize)| self.takes_residual_add(analysis, &blocked, i, conv, side);
+                Some((conv, side))
+                    .filter(takes)
+                    .or_else(|| self.residual_add_fallback(net, analysis, &consumers, i, side).filter(takes))
+            }) {
                 let via = match analysis.sources[i][side] {
                     Source::Layer(j) => j,
                     Source::Input => conv,

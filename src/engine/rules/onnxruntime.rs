@@ -115,6 +115,24 @@ impl OnnxRuntime {
         }
     }
 
+    /// Back from input `j` of an add, through its folded batch norm or a dropout, each read by the next alone, to
+    /// a convolution with no activation of its own: the convolution that can take the add as its sum input (the
+    /// blocked kernel's, or the plain `FusedConv`'s), an activation after the add running inside it too.
+    fn sum_taking_conv(&self, net: &Network, analysis: &Analysis, consumers_of: &[u32], mut j: usize) -> Option<usize> {
+        loop {
+            if consumers_of.get(j) != Some(&1) {
+                return None;
+            }
+            match (&net.layers[j].op, analysis.sources[j].as_slice()) {
+                (Op::Conv2d(c), _) if c.activation == Activation::Linear => return Some(j),
+                (Op::DepthwiseConv2d(c), _) if c.activation == Activation::Linear => return Some(j),
+                (Op::BatchNorm, [Source::Layer(p)]) if self.folds_batch_norm() => j = *p,
+                (Op::Dropout { .. }, [Source::Layer(p)]) => j = *p,
+                _ => return None,
+            }
+        }
+    }
+
     /// Which layers' outputs are in ONNX Runtime's blocked layout in `net`, in order
     /// ([`EngineRules::output_blocked`] of each).
     fn converted(&self, net: &Network, analysis: &Analysis, plan: &Plan) -> Vec<bool> {
@@ -599,29 +617,35 @@ impl EngineRules for OnnxRuntime {
         folded
     }
 
+    /// The add's other input's convolution, when the one [`EngineRules::residual_adds`] named (on input `side`)
+    /// cannot take it: after the `NchwcTransformer` left the add plain (a blocked convolution with a plain other
+    /// input), ONNX Runtime fuses it into a plain convolution on the other side (`FusedConv` with the sum input).
+    fn residual_add_fallback(
+        &self,
+        net: &Network,
+        analysis: &Analysis,
+        consumers_of: &[u32],
+        add: usize,
+        side: usize,
+    ) -> Option<(usize, usize)> {
+        if !self.at_least(GraphOptimization::All) {
+            return None;
+        }
+        match analysis.sources[add].get(side ^ 1) {
+            Some(Source::Layer(j)) => {
+                self.sum_taking_conv(net, analysis, consumers_of, *j).map(|conv| (conv, side ^ 1))
+            }
+            _ => None,
+        }
+    }
+
     fn residual_adds(&self, net: &Network, analysis: &Analysis, consumers_of: &[u32]) -> Vec<Option<(usize, usize)>> {
         let n = net.layers.len();
         let mut into = vec![None; n];
         if !self.at_least(GraphOptimization::All) {
             return into;
         }
-        // Back from an input of the add, through its folded batch norm or a dropout, each read by the next alone,
-        // to a convolution with no activation of its own: the add becomes its sum input (the blocked kernel's, or
-        // the plain `FusedConv`'s), and an activation after the add runs inside it too.
-        let blocked_conv = |mut j: usize| -> Option<usize> {
-            loop {
-                if consumers_of[j] != 1 {
-                    return None;
-                }
-                match (&net.layers[j].op, analysis.sources[j].as_slice()) {
-                    (Op::Conv2d(c), _) if c.activation == Activation::Linear => return Some(j),
-                    (Op::DepthwiseConv2d(c), _) if c.activation == Activation::Linear => return Some(j),
-                    (Op::BatchNorm, [Source::Layer(p)]) if self.folds_batch_norm() => j = *p,
-                    (Op::Dropout { .. }, [Source::Layer(p)]) => j = *p,
-                    _ => return None,
-                }
-            }
-        };
+        let blocked_conv = |j: usize| self.sum_taking_conv(net, analysis, consumers_of, j);
         for (i, layer) in net.layers.iter().enumerate() {
             if !matches!(layer.op, Op::Add) {
                 continue;
@@ -1098,6 +1122,35 @@ mod tests {
             }
         }
         wrong
+    }
+
+    #[test]
+    fn an_add_a_blocked_convolution_cannot_take_goes_into_the_plain_one_on_the_other_side() {
+        // `a` is blocked, `b` (groups of 4 channels) plain: the first side cannot take the add (its other input is
+        // plain), so `b` does, with the ReLU. `c` plain and first: it takes the second add itself.
+        let net = Network::from_json_str(
+            r#"{"name": "sides", "input_shape": [32, 16, 16], "layers": [
+              {"name": "a", "type": "conv2d", "filters": 32, "kernel": [1, 1], "inputs": ["input"]},
+              {"name": "b", "type": "conv2d", "filters": 32, "kernel": [3, 3], "groups": 8, "padding": "same", "inputs": ["input"]},
+              {"name": "add", "type": "add", "inputs": ["a", "b"]},
+              {"name": "relu", "type": "activation", "function": "relu"},
+              {"name": "c", "type": "conv2d", "filters": 32, "kernel": [3, 3], "groups": 8, "padding": "same", "inputs": ["input"]},
+              {"name": "d", "type": "conv2d", "filters": 32, "kernel": [1, 1], "inputs": ["input"]},
+              {"name": "add2", "type": "add", "inputs": ["c", "d"]},
+              {"name": "cat", "type": "concat", "axis": 0, "inputs": ["relu", "add2"]}]}"#,
+            "sides.json",
+        )
+        .unwrap();
+        let mut wrong = Vec::new();
+        for level in GraphOptimization::ALL {
+            wrong.extend(plan_matches_onnxruntime(&net, level));
+        }
+        assert!(wrong.is_empty(), "{} layers differ:\n{}", wrong.len(), wrong.join("\n"));
+        let rules = OnnxRuntime { level: GraphOptimization::All, nchwc_block: 16 };
+        let analysis = net.analyze().unwrap();
+        let plan = rules.plan(&net, &analysis);
+        assert_eq!(plan.role(2), Role::Inside { owner: 1, via: 1, fusion: Fusion::ResidualAdd });
+        assert_eq!(plan.kernel(1).and_then(|k| k.fused_add), Some(2));
     }
 
     #[test]

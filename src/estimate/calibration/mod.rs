@@ -88,7 +88,8 @@ pub const CALIBRATION_FORMAT: u32 = 4;
 /// ONNX Runtime runs identical weightless layers on the same inputs once (its common-subexpression elimination:
 /// NASNet's per-branch ReLUs; ONNX Runtime only).
 /// (Residual adds inside products with a constant weight came later without a bump: they change no network
-/// without such products, i.e. nothing any calibration of rules 2 was fitted on.)
+/// without such products, i.e. nothing any calibration of rules 2 was fitted on. Nor did ONNX Runtime's add into
+/// the plain convolution on the other side when a blocked one cannot take it: no calibration network has one.)
 pub const ESTIMATOR_RULES: u32 = 7;
 
 /// Whether a calibration fitted under estimator rules `recorded` counted what the current rules count for the
