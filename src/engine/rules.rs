@@ -394,7 +394,6 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
     /// The network as this engine runs it. Residual adds are planned inside their convolution; the estimator
     /// calls [`Plan::run_add_alone`] for one it cannot time that way.
     fn plan(&self, net: &Network, analysis: &Analysis) -> Plan {
-        let n = net.layers.len();
         let duplicate_of = if self.merges_duplicates() { duplicates(net, &analysis.sources) } else { Vec::new() };
         if duplicate_of.iter().any(Option::is_some) {
             // Planned as the engine sees the graph: a duplicate's readers read its first instance, and the
@@ -410,9 +409,7 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
                     sources.clear();
                 }
             }
-            let mut plan = self.plan_merged(net, &canonical, &duplicate_of);
-            plan.consumers = consumers(&canonical.sources, n);
-            return plan;
+            return self.plan_merged(net, &canonical, &duplicate_of);
         }
         self.plan_merged(net, analysis, &duplicate_of)
     }
