@@ -843,6 +843,30 @@ mod tests {
         wrong
     }
 
+    /// The convolutional networks whose plan, layout and layout credits are checked against ONNX Runtime's
+    /// optimised graph: the zoo's, torchvision's and Keras's as the zoo writes them, and the holdout's.
+    const CNNS_CHECKED: [&str; 19] = [
+        "mobilenetv2.json",
+        "torchvision/resnet18.json",
+        "torchvision/mobilenet_v3_small.json",
+        "torchvision/regnet_x_400mf.json",
+        "torchvision/efficientnet_b0.json",
+        "torchvision/densenet121.json",
+        "inceptionv3.json",
+        "holdout/shufflenet_like.json",
+        "holdout/yolo_tiny_backbone.json",
+        "torchvision/googlenet.json",
+        "torchvision/mnasnet1_0.json",
+        "torchvision/squeezenet1_0.json",
+        "torchvision/regnet_y_400mf.json",
+        "xception.json",
+        "nasnetmobile.json",
+        "efficientnetb0.json",
+        "densenet121.json",
+        "resnet50v2.json",
+        "mobilenetv3small.json",
+    ];
+
     fn zoo(name: &str) -> Network {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("zoo").join(name);
         Network::load(&path).unwrap()
@@ -1186,28 +1210,9 @@ mod tests {
         )
         .unwrap();
         let mut wrong = conversions_match_onnxruntime(&narrow);
-        for name in [
-            "mobilenetv2.json",
-            "torchvision/resnet18.json",
-            "torchvision/mobilenet_v3_small.json",
-            "torchvision/regnet_x_400mf.json",
-            "torchvision/efficientnet_b0.json",
-            "torchvision/densenet121.json",
-            "inceptionv3.json",
-            "holdout/shufflenet_like.json",
-            "holdout/yolo_tiny_backbone.json",
-            "torchvision/googlenet.json",
-            "torchvision/shufflenet_v2_x1_0.json",
-            "torchvision/mnasnet1_0.json",
-            "torchvision/squeezenet1_0.json",
-            "torchvision/regnet_y_400mf.json",
-            "xception.json",
-            "nasnetmobile.json",
-            "efficientnetb0.json",
-            "densenet121.json",
-            "resnet50v2.json",
-            "mobilenetv3small.json",
-        ] {
+        // And ShuffleNet v2, whose split the plan does not follow yet (one `Split` for two slices), but whose
+        // conversions it does.
+        for name in CNNS_CHECKED.iter().chain(&["torchvision/shufflenet_v2_x1_0.json"]) {
             wrong.extend(conversions_match_onnxruntime(&zoo(name)));
         }
         assert!(wrong.is_empty(), "{} conversions differ:\n{}", wrong.len(), wrong.join("\n"));
@@ -1215,30 +1220,9 @@ mod tests {
 
     #[test]
     fn the_plan_follows_the_optimised_graph_at_every_level() {
-        let nets = [
-            "mobilenetv2.json",
-            "torchvision/resnet18.json",
-            "torchvision/mobilenet_v3_small.json",
-            "torchvision/regnet_x_400mf.json",
-            "torchvision/efficientnet_b0.json",
-            "torchvision/densenet121.json",
-            "inceptionv3.json",
-            "holdout/shufflenet_like.json",
-            "holdout/yolo_tiny_backbone.json",
-            "xception.json",
-            "nasnetmobile.json",
-            "efficientnetb0.json",
-            "densenet121.json",
-            "resnet50v2.json",
-            "mobilenetv3small.json",
-            "torchvision/googlenet.json",
-            "torchvision/mnasnet1_0.json",
-            "torchvision/squeezenet1_0.json",
-            "torchvision/regnet_y_400mf.json",
-            // Pre-norm (ViT) and post-norm (BERT) encoder blocks: the scores' scale, the residuals.
-            "transformers/vit_ti16_encoder.json",
-            "transformers/bert_small_encoder_s64.json",
-        ];
+        // And pre-norm (ViT) and post-norm (BERT) encoder blocks: the scores' scale, the residuals.
+        let transformers = ["transformers/vit_ti16_encoder.json", "transformers/bert_small_encoder_s64.json"];
+        let nets = CNNS_CHECKED.iter().chain(&transformers);
         let mut wrong = Vec::new();
         for name in nets {
             let net = zoo(name);
