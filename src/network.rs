@@ -105,7 +105,7 @@ impl Network {
         let mut net = Network::load(path)?;
         if let Some(batch) = batch {
             net.batch_size = batch;
-            net.analyze_in(&path.display().to_string())?;
+            net.analyze_in(&path.display())?;
         }
         Ok(net)
     }
@@ -192,21 +192,29 @@ impl Network {
             layers.push(Layer { name, op, inputs });
         }
         let net = Network { name, batch_size, input_shape, layers };
-        net.analyze_in(file)?;
+        net.analyze_in(&file)?;
         Ok(net)
     }
 
     /// Validate the graph and infer every shape.
     pub fn analyze(&self) -> Result<Analysis> {
-        self.analyze_in(&format!("network '{}'", self.name))
+        // Named in errors only: no string is built for a network that analyses cleanly.
+        struct Named<'a>(&'a str);
+        impl std::fmt::Display for Named<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "network '{}'", self.0)
+            }
+        }
+        self.analyze_in(&Named(&self.name))
     }
 
-    fn analyze_in(&self, file: &str) -> Result<Analysis> {
+    fn analyze_in(&self, file: &dyn std::fmt::Display) -> Result<Analysis> {
+        let file = || file.to_string();
         let n = self.layers.len();
         let mut index_of: rustc_hash::FxHashMap<&str, usize> = Default::default();
         index_of.reserve(n);
         for (i, l) in self.layers.iter().enumerate() {
-            let loc = || Location::file(file).layer(l.name.clone(), i).field("name");
+            let loc = || Location::file(file()).layer(l.name.clone(), i).field("name");
             if l.name == INPUT {
                 return Err(Error::spec(loc(), format!("'{INPUT}' is reserved for the network input")));
             }
@@ -215,11 +223,12 @@ impl Network {
             }
         }
         if self.batch_size == 0 {
-            return Err(Error::spec(Location::file(file).field("batch_size"), "must be positive"));
+            return Err(Error::spec(Location::file(file()).field("batch_size"), "must be positive"));
         }
-        tensor_elements(&self.input_shape, 1).map_err(|e| Error::spec(Location::file(file).field("input_shape"), e))?;
+        tensor_elements(&self.input_shape, 1)
+            .map_err(|e| Error::spec(Location::file(file()).field("input_shape"), e))?;
         tensor_elements(&self.input_shape, self.batch_size)
-            .map_err(|e| Error::spec(Location::file(file).field("batch_size"), format!("the input {e}")))?;
+            .map_err(|e| Error::spec(Location::file(file()).field("batch_size"), format!("the input {e}")))?;
         let mut analysis = Analysis {
             sources: Vec::with_capacity(n),
             configs: Vec::with_capacity(n),
@@ -227,7 +236,7 @@ impl Network {
             costs: Vec::with_capacity(n),
         };
         for (i, layer) in self.layers.iter().enumerate() {
-            let loc = || Location::file(file).layer(layer.name.clone(), i);
+            let loc = || Location::file(file()).layer(layer.name.clone(), i);
             let mut sources = Vec::new();
             if layer.inputs.is_empty() {
                 sources.push(if i == 0 { Source::Input } else { Source::Layer(i - 1) });

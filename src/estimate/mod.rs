@@ -112,12 +112,12 @@ impl Method {
         output: &Shape,
         cost: &LayerCost,
         cache: bool,
-    ) -> std::result::Result<Option<passes::Prediction>, LayerError> {
+    ) -> std::result::Result<Option<passes::Prediction<'_>>, LayerError> {
         let layer_type = config.layer_type();
         match self {
             Method::Learned(store) => {
                 let Some(latency) = store.predictor(layer_type, Metric::Latency) else { return Ok(None) };
-                let features = config.features_of(output.clone(), *cost)?;
+                let features = config.features_of(output, *cost)?;
                 let predict = || {
                     let other = |metric| store.predictor(layer_type, metric).map(|p| p.predict(&features));
                     let memory = store.predictor(layer_type, Metric::Memory);
@@ -136,7 +136,7 @@ impl Method {
                     power_w: p.power_w,
                     memory_mib: p.memory_mib,
                     weight_bytes: p.weight_bytes,
-                    name: latency.method().to_string(),
+                    name: latency.method().into(),
                 }))
             }
             Method::Paleo(roofline) if layer_type != LayerType::Unsupported => Ok(Some(passes::Prediction {
@@ -144,17 +144,17 @@ impl Method {
                 power_w: None,
                 memory_mib: None,
                 weight_bytes: None,
-                name: "paleo".to_string(),
+                name: "paleo".into(),
             })),
             Method::Paleo(_) => Ok(None),
             Method::Template(templates) if templates.has(layer_type) => {
-                let features = config.features_of(output.clone(), *cost)?;
+                let features = config.features_of(output, *cost)?;
                 Ok(templates.nearest(layer_type, &features).map(|m| passes::Prediction {
                     latency_ms: m.latency_ms,
                     power_w: m.power_w,
                     memory_mib: m.workspace_mib.map(|w| w + footprint_mib(cost)),
                     weight_bytes: None,
-                    name: format!("template:{}", m.key),
+                    name: format!("template:{}", m.key).into(),
                 }))
             }
             Method::Template(_) => Ok(None),
@@ -187,13 +187,39 @@ fn cached_prediction(
     features: &[f64],
     predict: impl FnOnce() -> LearnedPrediction,
 ) -> LearnedPrediction {
-    type Key = (u64, LayerType, Vec<u64>);
+    // The key: the store, the layer type, then the features' bits. Looked up as a slice built on the stack, so
+    // a hit allocates nothing; only a new entry stores its key.
+    type Cache = rustc_hash::FxHashMap<Box<[u64]>, LearnedPrediction>;
     thread_local! {
-        static CACHE: std::cell::RefCell<rustc_hash::FxHashMap<Key, LearnedPrediction>> =
-            std::cell::RefCell::new(rustc_hash::FxHashMap::default());
+        static CACHE: std::cell::RefCell<Cache> = std::cell::RefCell::new(Cache::default());
     }
-    let key: Key = (store_id, layer_type, features.iter().map(|x| x.to_bits()).collect());
-    crate::engine::packing::cached(&CACHE, key, LAYER_CACHE_LIMIT, predict)
+    let mut buffer = [0u64; 66];
+    let mut heap = Vec::new();
+    let width = features.len() + 2;
+    let key: &mut [u64] = if width <= buffer.len() {
+        &mut buffer[..width]
+    } else {
+        heap.resize(width, 0);
+        &mut heap
+    };
+    key[0] = store_id;
+    key[1] = layer_type as u64;
+    for (k, x) in key[2..].iter_mut().zip(features) {
+        *k = x.to_bits();
+    }
+    let key = &*key;
+    if let Some(known) = CACHE.with(|c| c.borrow().get(key).copied()) {
+        return known;
+    }
+    let value = predict();
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= LAYER_CACHE_LIMIT {
+            c.clear();
+        }
+        c.insert(key.into(), value);
+    });
+    value
 }
 
 /// Inputs, output and weights of a layer (f32), MiB.
@@ -442,7 +468,7 @@ impl Estimator {
         config: &LayerConfig,
         output: &Shape,
         cost: &LayerCost,
-    ) -> std::result::Result<Option<passes::Prediction>, LayerError> {
+    ) -> std::result::Result<Option<passes::Prediction<'_>>, LayerError> {
         self.method.predict(config, output, cost, self.layer_cache)
     }
 
@@ -462,7 +488,7 @@ impl Estimator {
                 energy_mj: energy[i],
                 memory_mib: memory.layer_mib[i],
                 in_use_mib: memory.in_use_bytes[i].map(|b| b as f64 / MIB),
-                predictor: answer.by,
+                predictor: answer.by.named(net),
             })
             .collect();
         let types: Vec<LayerType> = layers.iter().map(|l| l.layer_type).collect();
@@ -499,7 +525,7 @@ impl Estimator {
     }
 
     /// The plan and the passes over it that every estimate runs.
-    fn passes(&self, net: &Network) -> Result<Passes> {
+    fn passes(&self, net: &Network) -> Result<Passes<'_>> {
         let analysis = net.analyze()?;
         let mut plan = self.rules.plan(net, &analysis);
         let (answers, uncovered) = passes::predict(self, net, &analysis, &mut plan)?;
@@ -707,8 +733,8 @@ impl Estimate {
 }
 
 /// What [`Estimator::passes`] computes for one network, layer by layer.
-struct Passes {
-    answers: Vec<passes::Answer>,
+struct Passes<'a> {
+    answers: Vec<passes::Answer<'a>>,
     uncovered: Vec<Uncovered>,
     latency: Vec<Option<f64>>,
     energy: Vec<Option<f64>>,

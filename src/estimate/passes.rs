@@ -98,7 +98,7 @@ impl PartialEq<&str> for AnsweredBy {
 }
 
 /// What a method says about one layer.
-pub(super) struct Prediction {
+pub(super) struct Prediction<'a> {
     pub latency_ms: f64,
     pub power_w: Option<f64>,
     /// The layer's whole memory while it runs, as the collector measures it (inputs, output, weights, scratch).
@@ -106,8 +106,8 @@ pub(super) struct Prediction {
     /// Bytes the engine keeps for the layer's weights when the memory model knows them (tract's packed
     /// weights), else `None`: the f32 weights count.
     pub weight_bytes: Option<u64>,
-    /// The model's name ([`AnsweredBy::Model`]).
-    pub name: String,
+    /// The model's name ([`AnsweredBy::Model`]), borrowed from the estimator where it can be.
+    pub name: std::borrow::Cow<'a, str>,
 }
 
 /// How a layer's predicted memory divides: what stays resident for the whole run and the workspace its step
@@ -125,7 +125,7 @@ struct Held {
     packs_here: bool,
 }
 
-impl Prediction {
+impl Prediction<'_> {
     fn held(&self, config: &LayerConfig, cost: &LayerCost, rules: &dyn EngineRules) -> Held {
         let (weight_bytes, plan_bytes) = rules.resident_bytes(config, cost, self.weight_bytes);
         let workspace_bytes = self.memory_mib.map(|m| {
@@ -138,9 +138,40 @@ impl Prediction {
     }
 }
 
+/// [`AnsweredBy`] with layers by index and the model's name borrowed: the passes run thousands of times a
+/// second in a NAS loop, and only a full estimate reports names ([`By::named`]).
+pub(super) enum By<'a> {
+    Free,
+    Fused { into: usize },
+    Model { name: std::borrow::Cow<'a, str>, fused_add: Option<usize> },
+    Analytic,
+    Uncovered,
+}
+
+impl By<'_> {
+    /// Whether the layer runs as a kernel of its own (neither free nor fused).
+    fn runs(&self) -> bool {
+        !matches!(self, By::Free | By::Fused { .. })
+    }
+
+    /// The reported form, with the layers of `net` by name.
+    pub fn named(self, net: &Network) -> AnsweredBy {
+        let name = |i: usize| net.layers[i].name.clone();
+        match self {
+            By::Free => AnsweredBy::Free,
+            By::Fused { into } => AnsweredBy::Fused { into: name(into) },
+            By::Model { name: model, fused_add } => {
+                AnsweredBy::Model { name: model.into_owned(), fused_add: fused_add.map(name) }
+            }
+            By::Analytic => AnsweredBy::Analytic,
+            By::Uncovered => AnsweredBy::Uncovered,
+        }
+    }
+}
+
 /// The answer for one layer of the plan, before calibration.
-pub(super) struct Answer {
-    pub by: AnsweredBy,
+pub(super) struct Answer<'a> {
+    pub by: By<'a>,
     /// A fused add's time included; `None` when uncovered.
     pub latency_ms: Option<f64>,
     pub power_w: Option<f64>,
@@ -150,20 +181,20 @@ pub(super) struct Answer {
     part_workspace: Option<u64>,
 }
 
-impl Answer {
-    fn without_work(by: AnsweredBy) -> Answer {
+impl<'a> Answer<'a> {
+    fn without_work(by: By<'a>) -> Answer<'a> {
         Answer { by, latency_ms: Some(0.0), power_w: None, held: None, part_workspace: None }
     }
 }
 
 /// Pass 1: every running layer predicted by the method. A residual add planned inside a convolution that has no
 /// prediction, or that nothing times, runs as itself after all ([`Plan::run_add_alone`]).
-pub(super) fn predict(
-    estimator: &Estimator,
+pub(super) fn predict<'a>(
+    estimator: &'a Estimator,
     net: &Network,
     analysis: &Analysis,
     plan: &mut Plan,
-) -> Result<(Vec<Answer>, Vec<Uncovered>)> {
+) -> Result<(Vec<Answer<'a>>, Vec<Uncovered>)> {
     let rules = estimator.rules;
     let total_flops = analysis.total_flops();
     let mut answers = Vec::with_capacity(net.layers.len());
@@ -186,7 +217,7 @@ pub(super) fn predict(
     for (i, layer) in net.layers.iter().enumerate() {
         let kernel = match plan.role(i) {
             Role::Free => {
-                answers.push(Answer::without_work(AnsweredBy::Free));
+                answers.push(Answer::without_work(By::Free));
                 continue;
             }
             Role::Inside { owner, fusion: Fusion::Operand | Fusion::IntoReader, .. } => {
@@ -198,11 +229,11 @@ pub(super) fn predict(
                     // Its work is its reader's, but no model knows how long it takes: the estimate says so.
                     None => uncovered.push(uncovered_layer(i)),
                 }
-                answers.push(Answer::without_work(AnsweredBy::Fused { into: net.layers[owner].name.clone() }));
+                answers.push(Answer::without_work(By::Fused { into: owner }));
                 continue;
             }
             Role::Inside { owner, .. } => {
-                answers.push(Answer::without_work(AnsweredBy::Fused { into: net.layers[owner].name.clone() }));
+                answers.push(Answer::without_work(By::Fused { into: owner }));
                 continue;
             }
             Role::Runs(kernel) => kernel,
@@ -225,13 +256,13 @@ pub(super) fn predict(
             Some(p) => {
                 let held = p.held(config, cost, rules);
                 let mut latency_ms = p.latency_ms + operand_ms[i];
-                let mut fused_add = norm_add[i].map(|add| net.layers[add].name.clone());
+                let mut fused_add = norm_add[i];
                 if let Some(add) = kernel.fused_add {
                     // The add runs inside this layer's product: its work is part of this layer's time.
                     match add_latency_ms(estimator, net, analysis, add)? {
                         Some(ms) => {
                             latency_ms += ms;
-                            fused_add = Some(net.layers[add].name.clone());
+                            fused_add = Some(add);
                         }
                         None => plan.run_add_alone(add),
                     }
@@ -245,7 +276,7 @@ pub(super) fn predict(
                     _ => None,
                 };
                 Answer {
-                    by: AnsweredBy::Model { name: p.name, fused_add },
+                    by: By::Model { name: p.name, fused_add },
                     latency_ms: Some(latency_ms),
                     power_w: p.power_w,
                     held: Some(held),
@@ -261,11 +292,11 @@ pub(super) fn predict(
                 match estimator.memory_bandwidth_gbs {
                     Some(gbs) if is_memory_bound(layer_type) => {
                         let io_bytes = (cost.input_elems + cost.output_elems) * BYTES_PER_ELEMENT;
-                        no_model(AnsweredBy::Analytic, Some(1e3 * io_bytes as f64 / (gbs * 1e9)))
+                        no_model(By::Analytic, Some(1e3 * io_bytes as f64 / (gbs * 1e9)))
                     }
                     _ => {
                         uncovered.push(uncovered_layer(i));
-                        no_model(AnsweredBy::Uncovered, None)
+                        no_model(By::Uncovered, None)
                     }
                 }
             }
@@ -302,12 +333,12 @@ fn activation_apart(
 
 /// The product's prediction with the activation's time added (its memory is the product's: the activation
 /// runs in place). `None` when either has no model.
-fn predict_apart(
-    estimator: &Estimator,
+fn predict_apart<'a>(
+    estimator: &'a Estimator,
     product: &LayerConfig,
     activation: &LayerConfig,
     output: &Shape,
-) -> std::result::Result<Option<Prediction>, LayerError> {
+) -> std::result::Result<Option<Prediction<'a>>, LayerError> {
     // The product's own cost (without the activation's operations).
     let product_cost = product.cost_of_output(output)?;
     let Some(mut p) = estimator.predict(product, output, &product_cost)? else { return Ok(None) };

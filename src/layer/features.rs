@@ -229,7 +229,7 @@ fn columns(ty: LayerType) -> &'static [&'static [Column]] {
 struct Layer<'a> {
     batch: usize,
     inputs: &'a [Shape],
-    output: Shape,
+    output: &'a [usize],
     cost: LayerCost,
     /// The window of a conv, depthwise conv or pooling layer (the pool size as kernel), zeros for other types.
     window: Window,
@@ -271,7 +271,7 @@ impl Window {
 
 impl<'a> Layer<'a> {
     /// The layer of `config`, whose output shape and cost are `output` and `cost`.
-    fn new(config: &'a LayerConfig, output: Shape, cost: LayerCost) -> LResult<Layer<'a>> {
+    fn new(config: &'a LayerConfig, output: &'a [usize], cost: LayerCost) -> LResult<Layer<'a>> {
         let inputs = &config.input_shapes[..];
         let (window, width, groups, use_bias) = match &config.op {
             Op::Conv2d(c) => {
@@ -332,11 +332,11 @@ impl<'a> Layer<'a> {
 
     /// Dimension `i` of the output (1 beyond its rank).
     fn output(&self, i: usize) -> f64 {
-        dim(&self.output, i)
+        dim(self.output, i)
     }
 }
 
-fn dim(shape: &Shape, i: usize) -> f64 {
+fn dim(shape: &[usize], i: usize) -> f64 {
     shape.get(i).copied().unwrap_or(1) as f64
 }
 
@@ -353,12 +353,12 @@ impl LayerConfig {
     pub fn features(&self) -> LResult<Vec<f64>> {
         let output = self.output_shape()?;
         let cost = self.cost_of_output(&output)?;
-        self.features_of(output, cost)
+        self.features_of(&output, cost)
     }
 
     /// [`LayerConfig::features`] given the layer's output shape and cost as [`LayerConfig::output_shape`] and
     /// [`LayerConfig::cost`] computed them (a network's analysis has both).
-    pub(crate) fn features_of(&self, output: Shape, cost: LayerCost) -> LResult<Vec<f64>> {
+    pub(crate) fn features_of(&self, output: &[usize], cost: LayerCost) -> LResult<Vec<f64>> {
         let layer = Layer::new(self, output, cost)?;
         let mut values = Vec::with_capacity(48);
         for part in columns(self.layer_type()) {
