@@ -215,10 +215,11 @@ const LAYER_ARRAY_NETWORK: &str = "pm_layers";
 /// # Safety
 /// The pointer fields of each layer (`target_shape`, `inputs`) follow [`c_slice`]'s contract.
 unsafe fn network_from_layers(layers: &[PmLayer], input_shape: &[i64], batch: usize) -> Result<Network, Failure> {
-    let file = format!("network '{LAYER_ARRAY_NETWORK}'");
+    // Named in errors only: a NAS loop calls this thousands of times a second.
+    let file = || format!("network '{LAYER_ARRAY_NETWORK}'");
     let spec = |location: Location, message: String| Failure::from(Error::spec(location, message));
     if layers.is_empty() {
-        return Err(spec(Location::file(&file).field("layers"), "a network needs at least one layer".into()));
+        return Err(spec(Location::file(file()).field("layers"), "a network needs at least one layer".into()));
     }
     if batch == 0 {
         return Err(Failure::invalid("argument 'batch' must be positive"));
@@ -230,15 +231,15 @@ unsafe fn network_from_layers(layers: &[PmLayer], input_shape: &[i64], batch: us
         .filter(|s| !s.is_empty())
         .ok_or_else(|| {
             spec(
-                Location::file(&file).field("input_shape"),
+                Location::file(file()).field("input_shape"),
                 format!("dimensions must be positive integers (and at least one), got {input_shape:?}"),
             )
         })?;
-    let names: Vec<String> = (0..layers.len()).map(|i| format!("layer{i}")).collect();
-    let mut net_layers = Vec::with_capacity(layers.len());
+    let name = |i: usize| format!("layer{i}");
+    let mut net_layers: Vec<Layer> = Vec::with_capacity(layers.len());
     for (i, layer) in layers.iter().enumerate() {
         let at = |e: LayerError| {
-            let location = Location::file(&file).layer(names[i].clone(), i);
+            let location = Location::file(file()).layer(name(i), i);
             spec(
                 match e.field {
                     Some(f) => location.field(f),
@@ -253,14 +254,14 @@ unsafe fn network_from_layers(layers: &[PmLayer], input_shape: &[i64], batch: us
             .iter()
             .map(|&j| match j {
                 -1 => Ok(INPUT.to_string()),
-                j if j >= 0 && (j as usize) < i => Ok(names[j as usize].clone()),
+                j if j >= 0 && (j as usize) < i => Ok(net_layers[j as usize].name.clone()),
                 j => Err(at(LayerError::new(
                     Some("inputs"),
                     format!("input index {j} must be -1 (the network input) or an earlier layer (0..{i})"),
                 ))),
             })
             .collect::<Result<Vec<String>, Failure>>()?;
-        net_layers.push(Layer { name: names[i].clone(), op, inputs });
+        net_layers.push(Layer { name: name(i), op, inputs });
     }
     Ok(Network { name: LAYER_ARRAY_NETWORK.into(), batch_size: batch, input_shape, layers: net_layers })
 }
