@@ -67,6 +67,13 @@ pub trait Executor: Send + Sync {
     fn allocates_outside_rust(&self) -> bool {
         false
     }
+    /// The executor the machine-speed probe runs on ([`crate::collect::speed`]), when it is not this one. ONNX
+    /// Runtime on several threads answers with itself on one thread: a session's intra-op threads sleep between
+    /// the probe's readings (one per 250 ms at most), and a reading's few runs then measure how fast they wake,
+    /// not the machine's speed.
+    fn probe_executor(&self) -> Result<Option<Box<dyn Executor>>> {
+        Ok(None)
+    }
     /// Build a single-layer workload for a config.
     fn prepare_layer(&self, config: &LayerConfig) -> Result<Box<dyn Workload>>;
     /// Build a whole-network workload.

@@ -58,6 +58,8 @@ pub struct SpeedProbe {
 impl SpeedProbe {
     /// Build the probe with `executor` and run it `burn_in` times (at least once).
     pub fn new(executor: &dyn Executor, burn_in: usize) -> Result<SpeedProbe> {
+        let own = executor.probe_executor()?;
+        let executor = own.as_deref().unwrap_or(executor);
         let mut workload = executor
             .prepare_layer(&probe_config())
             .map_err(|e| Error::Executor(format!("building the speed probe ({PROBE_CONFIG}): {e}")))?;

@@ -142,14 +142,15 @@ pub fn probe_power_sensors(executor: &str) -> Vec<SensorProbe> {
 
 /// The measurement protocol for a new device: the shipped x86 devices' protocol, with a per-sample timeout
 /// that grows as the machine is slower (a board's convolutions take seconds where an x86 core's take
-/// milliseconds).
-fn protocol_for(peak_gflops: f64) -> Protocol {
+/// milliseconds). `one_session` measures one config at a time: ONNX Runtime on more than one thread, whose
+/// sessions each keep spinning intra-op threads that would take the cores of the session being timed.
+fn protocol_for(peak_gflops: f64, one_session: bool) -> Protocol {
     let timeout = (2.0 * 100.0 / peak_gflops.max(1.0)).clamp(2.0, 30.0);
     Protocol {
         burn_in_runs: 2,
         repetitions: 5,
         rounds: 3,
-        group_size: 4,
+        group_size: if one_session { 1 } else { 4 },
         per_sample_timeout_s: (timeout * 10.0).round() / 10.0,
         min_window_ms: 1.0,
         max_cv: 0.2,
@@ -243,7 +244,7 @@ pub fn profile_text(
         batch_sizes: options.batch_sizes.clone(),
         peak_gflops: Some((roofline.peak_gflops * 10.0).round() / 10.0),
         memory_bandwidth_gbs: Some((roofline.memory_bandwidth_gbs * 10.0).round() / 10.0),
-        protocol: protocol_for(roofline.peak_gflops),
+        protocol: protocol_for(roofline.peak_gflops, options.executor == "onnxruntime" && threads > 1),
         power: PowerSettings { subset_fraction: 1.0, sensors: usable },
         hardware,
         software,
@@ -326,8 +327,10 @@ mod tests {
 
     #[test]
     fn slower_machines_get_longer_timeouts() {
-        assert_eq!(protocol_for(150.0).per_sample_timeout_s, 2.0);
-        assert_eq!(protocol_for(10.0).per_sample_timeout_s, 20.0);
-        assert_eq!(protocol_for(1.0).per_sample_timeout_s, 30.0);
+        assert_eq!(protocol_for(150.0, false).per_sample_timeout_s, 2.0);
+        assert_eq!(protocol_for(10.0, false).per_sample_timeout_s, 20.0);
+        assert_eq!(protocol_for(1.0, false).per_sample_timeout_s, 30.0);
+        assert_eq!(protocol_for(150.0, false).group_size, 4);
+        assert_eq!(protocol_for(150.0, true).group_size, 1);
     }
 }

@@ -357,6 +357,13 @@ impl Executor for OrtExecutor {
         true
     }
 
+    fn probe_executor(&self) -> Result<Option<Box<dyn Executor>>> {
+        if self.threads == 1 {
+            return Ok(None);
+        }
+        Ok(Some(Box::new(OrtExecutor::new(1, self.optimization)?)))
+    }
+
     fn prepare_layer(&self, config: &LayerConfig) -> Result<Box<dyn Workload>> {
         Ok(Box::new(self.layer_workload(config)?))
     }
@@ -480,6 +487,12 @@ mod tests {
         let described = Executor::describe(&ort);
         assert!(described.starts_with("onnxruntime 1.") && described.ends_with("(optimisation all)"), "{described}");
         assert!(OrtExecutor::new(0, GraphOptimization::All).unwrap_err().to_string().contains("threads"));
+        // The speed probe runs on one thread: its own executor for a threaded device, this one otherwise.
+        assert!(ort.probe_executor().unwrap().is_none());
+        let threaded = OrtExecutor::new(2, GraphOptimization::Extended).unwrap();
+        let probe = threaded.probe_executor().unwrap().expect("a one-thread probe executor");
+        assert_eq!(probe.threads(), 1);
+        assert_eq!(probe.describe(), Executor::describe(&threaded));
     }
 
     #[test]
