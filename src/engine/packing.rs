@@ -67,7 +67,7 @@ pub fn kernel_pick(m: usize, k: usize, n: usize) -> Option<KernelPick> {
     if m == 0 || k == 0 || n == 0 {
         return None;
     }
-    cached(&PICKS, (m, k, n), CACHE_LIMIT, || dispatch(m, k, n))
+    cached(&PICKS, &(m, k, n), CACHE_LIMIT, || dispatch(m, k, n))
 }
 
 /// Entries a per-thread cache holds before it starts over: a NAS loop can ask for new shapes forever.
@@ -75,14 +75,19 @@ const CACHE_LIMIT: usize = 1 << 16;
 
 /// `compute()`, remembered in a per-thread cache of at most `limit` entries (then it starts over): no lock on
 /// the prediction path of an estimator shared by several threads, at the price of each thread computing once
-/// per key.
-pub(crate) fn cached<K: Hash + Eq + 'static, V: Copy + 'static>(
+/// per key. The key is looked up borrowed (a slice built on the stack, say) and owned only for a new entry.
+pub(crate) fn cached<K, Q, V>(
     cache: &'static LocalKey<RefCell<HashMap<K, V>>>,
-    key: K,
+    key: &Q,
     limit: usize,
     compute: impl FnOnce() -> V,
-) -> V {
-    if let Some(known) = cache.with(|c| c.borrow().get(&key).copied()) {
+) -> V
+where
+    K: std::borrow::Borrow<Q> + Hash + Eq + 'static,
+    Q: ToOwned<Owned = K> + Hash + Eq + ?Sized,
+    V: Copy + 'static,
+{
+    if let Some(known) = cache.with(|c| c.borrow().get(key).copied()) {
         return known;
     }
     let value = compute();
@@ -91,7 +96,7 @@ pub(crate) fn cached<K: Hash + Eq + 'static, V: Copy + 'static>(
         if c.len() >= limit {
             c.clear();
         }
-        c.insert(key, value);
+        c.insert(key.to_owned(), value);
     });
     value
 }
@@ -351,7 +356,7 @@ impl ConvShape {
         thread_local! {
             static FEATURES: RefCell<HashMap<ConvShape, [f64; ENGINE_FEATURES_MAX]>> = RefCell::new(HashMap::default());
         }
-        cached(&FEATURES, *self, CACHE_LIMIT, || self.compute_engine_features())
+        cached(&FEATURES, self, CACHE_LIMIT, || self.compute_engine_features())
     }
 
     fn compute_engine_features(&self) -> [f64; ENGINE_FEATURES_MAX] {
@@ -465,7 +470,7 @@ pub fn packed_input_bytes(config: &LayerConfig) -> Option<u64> {
     thread_local! {
         static PACKED: RefCell<HashMap<(usize, usize, usize), Option<u64>>> = RefCell::new(HashMap::default());
     }
-    cached(&PACKED, (m, k, n), CACHE_LIMIT, || {
+    cached(&PACKED, &(m, k, n), CACHE_LIMIT, || {
         let (rows, cols) = if m < n { (n, m) } else { (m, n) };
         let query = Query::plain(DatumType::F32, Some(rows), Some(k), Some(cols));
         let (kernel, packing, _) = MmmDispatch::native().pick(&query)?;
@@ -511,7 +516,7 @@ pub fn conv_lowering(config: &LayerConfig) -> Option<ConvLowering> {
         static LOWERINGS: RefCell<HashMap<ConvShape, ConvLowering>> = RefCell::new(HashMap::default());
     }
     let shape = conv_shape(config)?;
-    Some(cached(&LOWERINGS, shape, CACHE_LIMIT, || shape.lowering()))
+    Some(cached(&LOWERINGS, &shape, CACHE_LIMIT, || shape.lowering()))
 }
 
 /// What a convolution's [`ConvShape`] depends on: the op's fields, a rank-3 input, the batch and how many
@@ -552,7 +557,7 @@ fn conv_shape(config: &LayerConfig) -> Option<ConvShape> {
             return shape;
         }
     }
-    let shape = cached(&SHAPES, key, CACHE_LIMIT, || conv_shape_of(config));
+    let shape = cached(&SHAPES, &key, CACHE_LIMIT, || conv_shape_of(config));
     LAST.set(Some((key, shape)));
     shape
 }

@@ -189,9 +189,9 @@ fn cached_prediction(
 ) -> LearnedPrediction {
     // The key: the store, the layer type, then the features' bits. Looked up as a slice built on the stack, so
     // a hit allocates nothing; only a new entry stores its key.
-    type Cache = rustc_hash::FxHashMap<Box<[u64]>, LearnedPrediction>;
     thread_local! {
-        static CACHE: std::cell::RefCell<Cache> = std::cell::RefCell::new(Cache::default());
+        static CACHE: std::cell::RefCell<rustc_hash::FxHashMap<Vec<u64>, LearnedPrediction>> =
+            std::cell::RefCell::new(rustc_hash::FxHashMap::default());
     }
     let mut buffer = [0u64; 66];
     let mut heap = Vec::new();
@@ -207,19 +207,7 @@ fn cached_prediction(
     for (k, x) in key[2..].iter_mut().zip(features) {
         *k = x.to_bits();
     }
-    let key = &*key;
-    if let Some(known) = CACHE.with(|c| c.borrow().get(key).copied()) {
-        return known;
-    }
-    let value = predict();
-    CACHE.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.len() >= LAYER_CACHE_LIMIT {
-            c.clear();
-        }
-        c.insert(key.into(), value);
-    });
-    value
+    crate::engine::packing::cached(&CACHE, &*key, LAYER_CACHE_LIMIT, predict)
 }
 
 /// Inputs, output and weights of a layer (f32), MiB.

@@ -787,6 +787,11 @@ mod tests {
 
     /// The plan of `rules` against the graph ONNX Runtime optimises at the same level: a layer runs in the plan
     /// exactly when ONNX Runtime keeps a node of its own for it (views left out: ONNX Runtime keeps a Flatten).
+    /// [`plan_matches_onnxruntime`] at every optimisation level.
+    fn plan_mismatches_at_every_level(net: &Network) -> Vec<String> {
+        GraphOptimization::ALL.into_iter().flat_map(|level| plan_matches_onnxruntime(net, level)).collect()
+    }
+
     fn plan_matches_onnxruntime(net: &Network, level: GraphOptimization) -> Vec<String> {
         let executor = OrtExecutor::new(1, level).unwrap_or_else(|e| panic!("these tests need ONNX Runtime: {e}"));
         let nodes = optimized_nodes_per_layer(&executor, net).unwrap();
@@ -1067,10 +1072,7 @@ mod tests {
             "norms.json",
         )
         .unwrap();
-        let mut wrong = Vec::new();
-        for level in GraphOptimization::ALL {
-            wrong.extend(plan_matches_onnxruntime(&net, level));
-        }
+        let wrong = plan_mismatches_at_every_level(&net);
         assert!(wrong.is_empty(), "{} layers differ:\n{}", wrong.len(), wrong.join("\n"));
     }
 
@@ -1165,10 +1167,7 @@ mod tests {
             "sides.json",
         )
         .unwrap();
-        let mut wrong = Vec::new();
-        for level in GraphOptimization::ALL {
-            wrong.extend(plan_matches_onnxruntime(&net, level));
-        }
+        let wrong = plan_mismatches_at_every_level(&net);
         assert!(wrong.is_empty(), "{} layers differ:\n{}", wrong.len(), wrong.join("\n"));
         let rules = OnnxRuntime { level: GraphOptimization::All, nchwc_block: 16 };
         let analysis = net.analyze().unwrap();
@@ -1223,13 +1222,7 @@ mod tests {
         // And pre-norm (ViT) and post-norm (BERT) encoder blocks: the scores' scale, the residuals.
         let transformers = ["transformers/vit_ti16_encoder.json", "transformers/bert_small_encoder_s64.json"];
         let nets = CNNS_CHECKED.iter().chain(&transformers);
-        let mut wrong = Vec::new();
-        for name in nets {
-            let net = zoo(name);
-            for level in GraphOptimization::ALL {
-                wrong.extend(plan_matches_onnxruntime(&net, level));
-            }
-        }
+        let wrong: Vec<String> = nets.flat_map(|name| plan_mismatches_at_every_level(&zoo(name))).collect();
         assert!(wrong.is_empty(), "{} layers differ:\n{}", wrong.len(), wrong.join("\n"));
     }
 }
