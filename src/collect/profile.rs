@@ -253,7 +253,7 @@ impl DeviceProfile {
         if pr.group_size == 0 {
             return Err(bad("protocol.group_size", "must be at least 1"));
         }
-        if p.executor == "onnxruntime" && p.threads > 1 && pr.group_size > 1 {
+        if measures_one_config_at_a_time(&p.executor, p.threads) && pr.group_size > 1 {
             return Err(bad(
                 "protocol.group_size",
                 "must be 1 for ONNX Runtime on more than one thread: each session keeps intra-op threads of its own, \
@@ -410,6 +410,13 @@ impl DeviceProfile {
     pub fn to_toml(&self) -> Result<String> {
         toml::to_string_pretty(self).map_err(|e| Error::Device { device: self.name.clone(), message: e.to_string() })
     }
+}
+
+/// Whether a device of this engine and thread count must measure one config at a time (`protocol.group_size =
+/// 1`): ONNX Runtime on several threads, whose sessions each keep intra-op threads that would take the cores of
+/// the session being timed.
+pub fn measures_one_config_at_a_time(executor: &str, threads: usize) -> bool {
+    executor == "onnxruntime" && threads > 1
 }
 
 /// `[fingerprint]` as a TOML table, with a comment saying what it is.

@@ -142,8 +142,8 @@ pub fn probe_power_sensors(executor: &str) -> Vec<SensorProbe> {
 
 /// The measurement protocol for a new device: the shipped x86 devices' protocol, with a per-sample timeout
 /// that grows as the machine is slower (a board's convolutions take seconds where an x86 core's take
-/// milliseconds). `one_session` measures one config at a time: ONNX Runtime on more than one thread, whose
-/// sessions each keep spinning intra-op threads that would take the cores of the session being timed.
+/// milliseconds). `one_session` measures one config at a time
+/// ([`crate::collect::profile::measures_one_config_at_a_time`]).
 fn protocol_for(peak_gflops: f64, one_session: bool) -> Protocol {
     let timeout = (2.0 * 100.0 / peak_gflops.max(1.0)).clamp(2.0, 30.0);
     Protocol {
@@ -244,7 +244,10 @@ pub fn profile_text(
         batch_sizes: options.batch_sizes.clone(),
         peak_gflops: Some((roofline.peak_gflops * 10.0).round() / 10.0),
         memory_bandwidth_gbs: Some((roofline.memory_bandwidth_gbs * 10.0).round() / 10.0),
-        protocol: protocol_for(roofline.peak_gflops, options.executor == "onnxruntime" && threads > 1),
+        protocol: protocol_for(
+            roofline.peak_gflops,
+            crate::collect::profile::measures_one_config_at_a_time(&options.executor, threads),
+        ),
         power: PowerSettings { subset_fraction: 1.0, sensors: usable },
         hardware,
         software,
