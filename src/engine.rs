@@ -74,6 +74,12 @@ pub trait Executor: Send + Sync {
     fn probe_executor(&self) -> Result<Option<Box<dyn Executor>>> {
         Ok(None)
     }
+    /// Whether two live workloads of this executor slow each other down even when only one runs: ONNX Runtime on
+    /// several spinning threads, whose pool keeps its cores busy after a run. `bench`, `validate` and `calibrate`
+    /// then keep one workload alive at a time: networks one after another, each timed, then profiled.
+    fn one_workload_at_a_time(&self) -> bool {
+        false
+    }
     /// Build a single-layer workload for a config.
     fn prepare_layer(&self, config: &LayerConfig) -> Result<Box<dyn Workload>>;
     /// Build a whole-network workload.
@@ -95,6 +101,9 @@ pub trait NetworkBench {
     fn timed_run(&mut self) -> Result<()>;
     /// One run timed node by node, for the per-layer times.
     fn instrumented_run(&mut self) -> Result<()>;
+    /// One plain run, not timed: what separates a timed run from whatever ran before it when the instrumented
+    /// runs come after every timed one ([`Executor::one_workload_at_a_time`]).
+    fn untimed_run(&mut self) -> Result<()>;
     /// The profile of the rounds run so far.
     fn finish(self: Box<Self>) -> Result<NetworkProfile>;
 }
@@ -103,7 +112,10 @@ pub trait NetworkBench {
 pub fn executor_for(profile: &crate::collect::DeviceProfile) -> Result<Box<dyn Executor>> {
     match profile.executor.as_str() {
         "onnxruntime" => {
-            Ok(Box::new(OrtExecutor::new(profile.threads, profile.graph_optimization.unwrap_or_default())?))
+            let optimization = profile.graph_optimization.unwrap_or_default();
+            let executor =
+                OrtExecutor::new(profile.threads, optimization)?.with_spinning(profile.spinning.unwrap_or(true));
+            Ok(Box::new(executor))
         }
         _ => Ok(Box::new(TractExecutor::new(profile.threads)?)),
     }

@@ -70,6 +70,26 @@ fn bench_times_layers_with_onnxruntime_and_counts_its_heap() {
 }
 
 #[test]
+fn on_spinning_threads_the_layers_share_the_plain_runs_time() {
+    // Two spinning threads: one session alive at a time, and the profiled runs (slower than plain ones on a
+    // pool) scaled to the plain runs' time, the nodes' shares kept.
+    let dir = setup("all");
+    let profile = dir.path().join("collectors/ort.toml");
+    let text = std::fs::read_to_string(&profile).unwrap();
+    std::fs::write(&profile, text.replace("threads = 1", "threads = 2").replace("group_size = 2", "group_size = 1"))
+        .unwrap();
+    let json = bench(dir.path());
+    assert_eq!(json["threads"], 2, "{json}");
+    for name in ["c1", "p1", "fc"] {
+        assert!(layer_ms(&json, name) > 0.0, "{name} ran no node: {json}");
+    }
+    let layers: f64 = json["layers"].as_array().unwrap().iter().map(|l| l["latency_ms"].as_f64().unwrap()).sum();
+    let shared = layers + json["unattributed_ms"].as_f64().unwrap();
+    let total = json["total"]["latency_ms"].as_f64().unwrap();
+    assert!((shared / total - 1.0).abs() < 0.15, "layers {shared} ms against {total} ms plain: {json}");
+}
+
+#[test]
 fn without_graph_optimisation_every_layer_runs_its_own_nodes() {
     let dir = setup("disable");
     let json = bench(dir.path());

@@ -30,6 +30,11 @@ pub struct DeviceProfile {
     /// own default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub graph_optimization: Option<crate::engine::GraphOptimization>,
+    /// Whether ONNX Runtime's intra-op threads spin after a run waiting for more work (`executor = "onnxruntime"`
+    /// only; default true, ONNX Runtime's own default). A device measured with `spinning = false` describes
+    /// sessions whose threads sleep between runs, which runs small layers slower.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spinning: Option<bool>,
     /// This profile is the machine perfmodel runs on (its data was measured here): estimates may ask this
     /// machine's engine how it lays out weights (see `engine::packing`).
     #[serde(default)]
@@ -238,6 +243,9 @@ impl DeviceProfile {
                 "graph_optimization",
                 &format!("is ONNX Runtime's setting; executor '{}' has none", p.executor),
             ));
+        }
+        if p.spinning.is_some() && p.executor != "onnxruntime" {
+            return Err(bad("spinning", &format!("is ONNX Runtime's setting; executor '{}' has none", p.executor)));
         }
         p.batch_sizes.sort_unstable();
         p.batch_sizes.dedup();
@@ -474,6 +482,15 @@ max_cv = 0.2
         let tract = MINIMAL.replace("\"tract\"", "\"tract\"\ngraph_optimization = \"all\"");
         let err = DeviceProfile::parse(&tract, "t", Path::new("t.toml")).unwrap_err();
         assert!(err.to_string().contains("field 'graph_optimization': is ONNX Runtime's setting"), "{err}");
+        let sleeping = DeviceProfile::parse(
+            &ort.replace("threads = 1", "threads = 1\nspinning = false"),
+            "t",
+            Path::new("t.toml"),
+        );
+        assert_eq!(sleeping.unwrap().spinning, Some(false));
+        let tract = MINIMAL.replace("threads = 1", "threads = 1\nspinning = true");
+        let err = DeviceProfile::parse(&tract, "t", Path::new("t.toml")).unwrap_err();
+        assert!(err.to_string().contains("field 'spinning': is ONNX Runtime's setting"), "{err}");
         // ONNX Runtime on several threads measures one session at a time; tract, or one thread, may group.
         let threaded = ort.replace("threads = 1", "threads = 2");
         let err = DeviceProfile::parse(&threaded, "t", Path::new("t.toml")).unwrap_err().to_string();

@@ -239,6 +239,8 @@ pub fn profile_text(
         description: format!("{} {cpu}, {} on {threads} CPU thread{plural}", host.arch, options.executor),
         executor: options.executor.clone(),
         graph_optimization: (options.executor == "onnxruntime").then(GraphOptimization::default),
+        // Said explicitly where it matters, ONNX Runtime's default: a pool's threads spin after a run.
+        spinning: (options.executor == "onnxruntime" && threads > 1).then_some(true),
         host: true,
         threads,
         batch_sizes: options.batch_sizes.clone(),

@@ -178,6 +178,9 @@ pub fn profile_networks_observed(
         return Err(Error::Invalid("bench needs at least one round per turn".into()));
     }
     let max_rounds = max_rounds.max(rounds);
+    if executor.one_workload_at_a_time() {
+        return profile_one_at_a_time(networks, executor, plan, warmup, observer);
+    }
     let mut benches = networks
         .iter()
         .map(|n| executor.bench_network(n, rounds, warmup))
@@ -213,6 +216,39 @@ pub fn profile_networks_observed(
     benches.into_iter().map(|b| b.finish()).collect()
 }
 
+/// [`profile_networks_observed`] for an executor whose live workloads take each other's cores
+/// ([`Executor::one_workload_at_a_time`]): one network after another, each built only when the one before is
+/// finished, its timed rounds (each after an untimed run, as the interleaved order puts an instrumented one
+/// there) before its instrumented ones, which build their own session only once the timed one is gone. The
+/// observer sees the same steps, network by network; extra rounds follow a network's planned ones.
+fn profile_one_at_a_time(
+    networks: &[Network],
+    executor: &dyn Executor,
+    plan: RoundPlan,
+    warmup: usize,
+    observer: &mut dyn BenchObserver,
+) -> Result<Vec<NetworkProfile>> {
+    let RoundPlan { rounds, max_rounds, .. } = plan;
+    let max_rounds = max_rounds.max(rounds);
+    let mut profiles = Vec::with_capacity(networks.len());
+    for (network, net) in networks.iter().enumerate() {
+        let mut bench = executor.bench_network(net, rounds, warmup)?;
+        let mut round = 0;
+        while round < rounds || (round < max_rounds && observer.wants_more(network, round)) {
+            observer.step(BenchStep { network, round, after: false })?;
+            bench.untimed_run()?;
+            bench.timed_run()?;
+            observer.step(BenchStep { network, round, after: true })?;
+            round += 1;
+        }
+        for _ in 0..round {
+            bench.instrumented_run()?;
+        }
+        profiles.push(bench.finish()?);
+    }
+    Ok(profiles)
+}
+
 /// The timed whole-network runs of one network: the wall clock, and the calling thread's CPU clock as long as it
 /// can be read.
 pub(super) struct Rounds {
@@ -244,6 +280,11 @@ impl Rounds {
 
     pub(super) fn len(&self) -> usize {
         self.wall.len()
+    }
+
+    /// The median wall time of the runs so far.
+    pub(super) fn median_ms(&self) -> Option<f64> {
+        median(&self.wall)
     }
 
     /// The latency fields of a profile (the memory fields left empty): median, fastest and slowest round, every
@@ -365,6 +406,10 @@ impl NetworkBench for TractNetworkBench<'_> {
     fn timed_run(&mut self) -> Result<()> {
         let workload = &mut self.workload;
         self.rounds.time(|| workload.run_outputs())
+    }
+
+    fn untimed_run(&mut self) -> Result<()> {
+        self.workload.run_outputs().map(drop)
     }
 
     /// One run timed node by node (the per-layer times).
@@ -838,6 +883,96 @@ mod tests {
         // Nothing wanted: the planned rounds only.
         let plain = profile_networks_between(&nets, &executor, 4, 0, 3, &mut |_| Ok(())).unwrap();
         assert_eq!((plain[0].rounds, plain[1].rounds), (4, 4));
+    }
+
+    #[test]
+    fn an_executor_whose_workloads_contend_keeps_one_alive_at_a_time() {
+        // tract, told its workloads contend: every event of every network's bench, in order.
+        use std::sync::{Arc, Mutex};
+        type Log = Arc<Mutex<Vec<String>>>;
+        struct Contending(TractExecutor, Log);
+        struct Logged<'a>(Box<dyn NetworkBench + 'a>, Log, String);
+        impl NetworkBench for Logged<'_> {
+            fn timed_run(&mut self) -> Result<()> {
+                self.1.lock().unwrap().push(format!("{} timed", self.2));
+                self.0.timed_run()
+            }
+            fn instrumented_run(&mut self) -> Result<()> {
+                self.1.lock().unwrap().push(format!("{} instrumented", self.2));
+                self.0.instrumented_run()
+            }
+            fn untimed_run(&mut self) -> Result<()> {
+                self.1.lock().unwrap().push(format!("{} untimed", self.2));
+                self.0.untimed_run()
+            }
+            fn finish(self: Box<Self>) -> Result<NetworkProfile> {
+                self.1.lock().unwrap().push(format!("{} finish", self.2));
+                self.0.finish()
+            }
+        }
+        impl Executor for Contending {
+            fn describe(&self) -> String {
+                self.0.describe()
+            }
+            fn threads(&self) -> usize {
+                1
+            }
+            fn one_workload_at_a_time(&self) -> bool {
+                true
+            }
+            fn prepare_layer(&self, config: &crate::layer::LayerConfig) -> Result<Box<dyn super::super::Workload>> {
+                self.0.prepare_layer(config)
+            }
+            fn prepare_network(&self, network: &Network) -> Result<Box<dyn super::super::Workload>> {
+                self.0.prepare_network(network)
+            }
+            fn bench_network<'a>(
+                &'a self,
+                network: &'a Network,
+                rounds: usize,
+                warmup: usize,
+            ) -> Result<Box<dyn NetworkBench + 'a>> {
+                self.1.lock().unwrap().push(format!("{} build", network.name));
+                let inner = self.0.bench_network(network, rounds, warmup)?;
+                Ok(Box::new(Logged(inner, self.1.clone(), network.name.clone())))
+            }
+        }
+        struct Wanting(Vec<BenchStep>);
+        impl BenchObserver for Wanting {
+            fn step(&mut self, step: BenchStep) -> Result<()> {
+                self.0.push(step);
+                Ok(())
+            }
+            fn wants_more(&self, network: usize, rounds: usize) -> bool {
+                network == 0 && rounds < 4
+            }
+        }
+        let mut second = residual();
+        second.name = "second".into();
+        let nets = [residual(), second];
+        let log = Log::default();
+        let executor = Contending(TractExecutor::new(1).unwrap(), log.clone());
+        let mut observer = Wanting(Vec::new());
+        let plan = RoundPlan { rounds: 2, max_rounds: 5, block: 1 };
+        let profiles = profile_networks_observed(&nets, &executor, plan, 0, &mut observer).unwrap();
+        // Network 0 runs its 2 planned rounds and the 2 more it wants, network 1 its 2; each is built after the
+        // one before it finished, and profiled only after its last timed run.
+        assert_eq!((profiles[0].rounds, profiles[1].rounds), (4, 2));
+        let events = |name: &str, rounds: usize| {
+            let mut e = vec![format!("{name} build")];
+            for _ in 0..rounds {
+                e.extend([format!("{name} untimed"), format!("{name} timed")]);
+            }
+            e.extend((0..rounds).map(|_| format!("{name} instrumented")));
+            e.push(format!("{name} finish"));
+            e
+        };
+        let want: Vec<String> = events("residual", 4).into_iter().chain(events("second", 2)).collect();
+        assert_eq!(*log.lock().unwrap(), want);
+        let steps: Vec<(usize, usize, bool)> = observer.0.iter().map(|s| (s.network, s.round, s.after)).collect();
+        let rounds = |network, n| (0..n).flat_map(move |r| [(network, r, false), (network, r, true)]);
+        assert_eq!(steps, rounds(0, 4).chain(rounds(1, 2)).collect::<Vec<_>>());
+        assert!(profiles.iter().all(|p| p.layers.iter().any(|l| l.latency_ms > 0.0)), "{profiles:?}");
     }
 
     #[test]

@@ -195,6 +195,8 @@ fn library_in(dir: &Path) -> Option<PathBuf> {
 pub struct OrtExecutor {
     threads: usize,
     optimization: GraphOptimization,
+    /// Whether the intra-op threads spin after a run (ONNX Runtime's default); only matters on several threads.
+    spinning: bool,
     runtime: &'static Runtime,
 }
 
@@ -202,7 +204,18 @@ impl OrtExecutor {
     /// An executor on `threads` intra-op threads at `optimization`; loads the library on first use.
     pub fn new(threads: usize, optimization: GraphOptimization) -> Result<OrtExecutor> {
         super::check_threads(threads)?;
-        Ok(OrtExecutor { threads, optimization, runtime: runtime()? })
+        Ok(OrtExecutor { threads, optimization, spinning: true, runtime: runtime()? })
+    }
+
+    /// The same executor with its intra-op threads spinning after a run (ONNX Runtime's default, `true`) or
+    /// sleeping (`false`: the device profile's `spinning`).
+    pub fn with_spinning(self, spinning: bool) -> OrtExecutor {
+        OrtExecutor { spinning, ..self }
+    }
+
+    /// Whether several threads spin after a run: then two live sessions take each other's cores.
+    pub fn spins(&self) -> bool {
+        self.spinning && self.threads > 1
     }
 
     pub fn threads(&self) -> usize {
@@ -231,17 +244,16 @@ impl OrtExecutor {
         };
         let bytes = exported.model.encode_to_vec();
         let builder = Session::builder(&self.runtime.environment).map_err(|e| fail("create a session", &e))?;
-        // On several threads the pool's threads sleep when they run out of work instead of spinning: each
-        // session has a pool of its own, and `bench` (a timed and a profiled session), `validate` and `calibrate`
-        // (networks interleaved) keep several alive, whose spinning threads took the cores of the one timed
-        // (ResNet-18 on 2 threads of a 2-vCPU host: 42.9 ms, 31.6-74.4, against 17.1 ms in ONNX Runtime's Python
-        // API). Not spinning costs a network of small layers more than that: MobileNetV3-small 2.03 ms against 1.09
-        // spinning there; following a spinning deployment needs one threaded session alive at a time.
-        let spinning = self.threads == 1;
+        // Each session has a pool of its own whose threads, by default, spin after a run waiting for more work:
+        // two live sessions then take each other's cores (ResNet-18 on 2 threads of a 2-vCPU host: 42.9 ms,
+        // 31.6-74.4, with other sessions alive, against 17.1 ms alone), so a spinning executor's sessions are
+        // measured one at a time ([`Executor::one_workload_at_a_time`]). Sleeping threads cost a network of small
+        // layers much more than a deployment pays: MobileNetV3-small 2.03 ms against 1.09 spinning.
+        let sleeping = self.threads > 1 && !self.spinning;
         let builder = builder
             .with_intra_threads(self.threads)
             .and_then(|b| b.with_inter_threads(1))
-            .and_then(|b| if spinning { Ok(b) } else { b.with_intra_op_spinning(false) })
+            .and_then(|b| if sleeping { b.with_intra_op_spinning(false) } else { Ok(b) })
             .and_then(|b| b.with_optimization_level(self.optimization.level()))
             .and_then(configure)
             .map_err(|e| fail("configure a session", &e))?;
@@ -370,6 +382,10 @@ impl Executor for OrtExecutor {
             return Ok(None);
         }
         Ok(Some(Box::new(OrtExecutor::new(1, self.optimization)?)))
+    }
+
+    fn one_workload_at_a_time(&self) -> bool {
+        self.spins()
     }
 
     fn prepare_layer(&self, config: &LayerConfig) -> Result<Box<dyn Workload>> {

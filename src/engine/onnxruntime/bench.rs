@@ -31,16 +31,23 @@ use tract_onnx::pb::ModelProto;
 pub(in crate::engine) struct OrtNetworkBench<'a> {
     executor: &'a OrtExecutor,
     network: &'a Network,
+    exported: crate::onnx::Exported,
     warmup: usize,
-    timed: OrtWorkload,
-    profiled: OrtWorkload,
+    /// The plain session; gone once the profiled one is built when sessions are kept one at a time.
+    timed: Option<OrtWorkload>,
+    profiled: Option<Profiled>,
     /// Keeps the profile file and the optimised graph until `finish` has read them.
-    _scratch: tempfile::TempDir,
-    /// Layer index of every node of the optimised graph, by node name.
-    layer_of_node: HashMap<String, Option<usize>>,
+    scratch: tempfile::TempDir,
     memory: Memory,
     rounds: Rounds,
     instrumented_runs: usize,
+}
+
+/// The session that profiles node by node, and where its nodes' time goes.
+struct Profiled {
+    workload: OrtWorkload,
+    /// Layer index of every node of the optimised graph, by node name.
+    layer_of_node: HashMap<String, Option<usize>>,
 }
 
 /// Heap figures above the heap before the session was built (None without the foreign-heap counter).
@@ -50,7 +57,9 @@ struct Memory {
 }
 
 impl<'a> OrtNetworkBench<'a> {
-    #[allow(clippy::result_large_err)] // ort's builder errors, turned into ours by `OrtWorkload::build`
+    /// Measure the network's memory, then build and warm up its sessions: both, the profiled one first, when
+    /// they may be alive together; else only the timed one (the profiled one replaces it at the first
+    /// instrumented run).
     pub(in crate::engine) fn new(
         executor: &'a OrtExecutor,
         network: &'a Network,
@@ -59,39 +68,68 @@ impl<'a> OrtNetworkBench<'a> {
     ) -> Result<OrtNetworkBench<'a>> {
         check_fits_in_memory(network, available_memory_bytes())?;
         let exported = export_network(network)?;
-        let what = format!("network '{}'", network.name);
         let memory = measure_memory(executor, network)?;
-        let scratch = tempfile::Builder::new()
-            .prefix("perfmodel-ort-")
-            .tempdir()
-            .map_err(|e| Error::Executor(format!("{what}: cannot make a directory for ONNX Runtime's profile: {e}")))?;
-        let optimized = scratch.path().join("optimized.onnx");
-        let prefix = scratch.path().join("profile");
-        let mut profiled = OrtWorkload::build(executor, &exported, &what, |b| {
-            b.with_optimized_model_path(&optimized)?.with_profiling(&prefix)
+        let scratch = tempfile::Builder::new().prefix("perfmodel-ort-").tempdir().map_err(|e| {
+            Error::Executor(format!(
+                "network '{}': cannot make a directory for ONNX Runtime's profile: {e}",
+                network.name
+            ))
         })?;
-        // The profiled session warms up as the timed one does; `finish` keeps only the instrumented runs.
-        for _ in 0..=warmup {
-            profiled.run_outputs()?;
-        }
-        let graph = read_optimized(&optimized, &what)?;
-        let layer_of_node = attribute(&graph, &exported.owners, network);
-        let mut timed = executor.network_workload(network)?;
-        for _ in 0..=warmup {
-            timed.run_outputs()?;
-        }
-        Ok(OrtNetworkBench {
+        let mut bench = OrtNetworkBench {
             executor,
             network,
+            exported,
             warmup,
-            timed,
-            profiled,
-            _scratch: scratch,
-            layer_of_node,
+            timed: None,
+            profiled: None,
+            scratch,
             memory,
             rounds: Rounds::new(rounds),
             instrumented_runs: 0,
-        })
+        };
+        if !executor.spins() {
+            bench.build_profiled()?;
+        }
+        bench.build_timed()?;
+        Ok(bench)
+    }
+
+    fn what(&self) -> String {
+        format!("network '{}'", self.network.name)
+    }
+
+    /// The plain session, warmed up.
+    fn build_timed(&mut self) -> Result<()> {
+        let mut timed = self.executor.network_workload(self.network)?;
+        for _ in 0..=self.warmup {
+            timed.run_outputs()?;
+        }
+        self.timed = Some(timed);
+        Ok(())
+    }
+
+    /// The profiled session, warmed up as the timed one is (`finish` keeps only the instrumented runs), and the
+    /// attribution of the optimised graph it saved.
+    #[allow(clippy::result_large_err)] // ort's builder errors, turned into ours by `OrtWorkload::build`
+    fn build_profiled(&mut self) -> Result<()> {
+        let what = self.what();
+        let optimized = self.scratch.path().join("optimized.onnx");
+        let prefix = self.scratch.path().join("profile");
+        let mut workload = OrtWorkload::build(self.executor, &self.exported, &what, |b| {
+            b.with_optimized_model_path(&optimized)?.with_profiling(&prefix)
+        })?;
+        for _ in 0..=self.warmup {
+            workload.run_outputs()?;
+        }
+        let graph = read_optimized(&optimized, &what)?;
+        let layer_of_node = attribute(&graph, &self.exported.owners, self.network);
+        self.profiled = Some(Profiled { workload, layer_of_node });
+        Ok(())
+    }
+
+    /// A run of the timed session asked for after it made way for the profiled one.
+    fn no_timed_session(&self) -> Error {
+        Error::Executor(format!("{}: a plain run was asked for after the profiled runs had begun", self.what()))
     }
 }
 
@@ -367,52 +405,80 @@ fn runs_in_profile(trace: &serde_json::Value) -> Vec<HashMap<String, f64>> {
 
 impl NetworkBench for OrtNetworkBench<'_> {
     fn timed_run(&mut self) -> Result<()> {
-        let timed = &mut self.timed;
+        let Some(timed) = self.timed.as_mut() else { return Err(self.no_timed_session()) };
         self.rounds.time(|| crate::engine::Workload::run(timed))
     }
 
+    fn untimed_run(&mut self) -> Result<()> {
+        let Some(timed) = self.timed.as_mut() else { return Err(self.no_timed_session()) };
+        crate::engine::Workload::run(timed)
+    }
+
     fn instrumented_run(&mut self) -> Result<()> {
-        crate::engine::Workload::run(&mut self.profiled)?;
+        if self.profiled.is_none() {
+            // Kept one at a time: the timed session's threads go before the profiled session's come.
+            self.timed = None;
+            self.build_profiled()?;
+        }
+        let what = self.what();
+        let profiled =
+            self.profiled.as_mut().ok_or_else(|| Error::Executor(format!("{what}: no profiled session was built")))?;
+        crate::engine::Workload::run(&mut profiled.workload)?;
         self.instrumented_runs += 1;
         Ok(())
     }
 
     fn finish(mut self: Box<Self>) -> Result<NetworkProfile> {
         let network = self.network;
-        let what = format!("network '{}'", network.name);
-        let file = self
-            .profiled
-            .session
-            .end_profiling()
-            .map_err(|e| Error::Executor(format!("{what}: ONNX Runtime could not write its profile: {e}")))?;
-        let text = std::fs::read_to_string(&file)
-            .map_err(|e| Error::Executor(format!("{what}: cannot read ONNX Runtime's profile {file}: {e}")))?;
-        let trace: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| Error::Executor(format!("{what}: ONNX Runtime's profile {file} is not JSON: {e}")))?;
-        let runs = runs_in_profile(&trace);
+        let what = self.what();
+        let threads = crate::engine::Executor::threads(self.executor);
+        let runs = match self.profiled.as_mut() {
+            Some(profiled) => {
+                let file =
+                    profiled.workload.session.end_profiling().map_err(|e| {
+                        Error::Executor(format!("{what}: ONNX Runtime could not write its profile: {e}"))
+                    })?;
+                let text = std::fs::read_to_string(&file)
+                    .map_err(|e| Error::Executor(format!("{what}: cannot read ONNX Runtime's profile {file}: {e}")))?;
+                let trace: serde_json::Value = serde_json::from_str(&text)
+                    .map_err(|e| Error::Executor(format!("{what}: ONNX Runtime's profile {file} is not JSON: {e}")))?;
+                runs_in_profile(&trace)
+            }
+            None => Vec::new(),
+        };
         // The first profiled run also pays for the session's first allocations; keep the last `instrumented_runs`.
         let runs = &runs[runs.len().saturating_sub(self.instrumented_runs)..];
+        let layer_of_node = self.profiled.as_ref().map(|p| &p.layer_of_node);
+        // On several threads a run profiled node by node takes longer than a plain one (each node's end is
+        // waited for and written down while the pool waits): MobileNetV3-small on 2 threads, 2.21 ms profiled, its
+        // nodes summing to 1.77, against 1.09 plain. The nodes' shares are what the profile tells; each profiled
+        // run is scaled to the plain runs' median. One thread's profiles are kept as measured.
+        let plain_ms = if threads > 1 { self.rounds.median_ms() } else { None };
         let mut per_layer = vec![Vec::with_capacity(runs.len()); network.layers.len()];
         let mut unattributed = Vec::with_capacity(runs.len());
         for run in runs {
             let mut layer_ms = vec![0.0; network.layers.len()];
             let mut lost = 0.0;
             for (node, us) in run {
-                match self.layer_of_node.get(node).copied().flatten() {
+                match layer_of_node.and_then(|l| l.get(node).copied().flatten()) {
                     Some(layer) => layer_ms[layer] += us / 1e3,
                     None => lost += us / 1e3,
                 }
             }
+            let profiled_ms = layer_ms.iter().sum::<f64>() + lost;
+            let scale = match plain_ms {
+                Some(plain) if profiled_ms > 0.0 => plain / profiled_ms,
+                _ => 1.0,
+            };
             for (samples, ms) in per_layer.iter_mut().zip(layer_ms) {
-                samples.push(ms);
+                samples.push(ms * scale);
             }
-            unattributed.push(lost);
+            unattributed.push(lost * scale);
         }
         let analysis = network.analyze()?;
         let weight_bytes: u64 = analysis.costs.iter().map(|c| c.weight_elems * 4).sum();
         let largest_step: u64 = analysis.costs.iter().map(|c| (c.input_elems + c.output_elems) * 4).max().unwrap_or(0);
         let planned_bytes = weight_bytes + largest_step;
-        let threads = crate::engine::Executor::threads(self.executor);
         Ok(NetworkProfile {
             network: network.name.clone(),
             engine: crate::engine::Executor::describe(self.executor),
