@@ -1131,12 +1131,18 @@ mod tests {
                 }
             }
         }
-        // Whether the blocked tensor layer `i` writes is converted back at it or after a layer passing it on.
+        // Whether the blocked tensor layer `i` writes is converted back at it or after a layer passing it on: one
+        // run in the same kernel, or one running as a kernel of its own that did not convert its input. A reader
+        // run inside another kernel (an add another convolution computes) consumes the tensor there: what that
+        // kernel writes is that convolution's.
         let mut reordered_after = vec![false; n];
         for i in (0..n).rev() {
             reordered_after[i] = reorders[i].1
                 || readers[i].iter().any(|&r| {
-                    (plan.owner(r) == Some(i) || (converted[r] && !conversions[r].input_paid)) && reordered_after[r]
+                    let kernel = kernel_of(&plan, r);
+                    let same_kernel = kernel == kernel_of(&plan, i);
+                    let passes_on = kernel == r && converted[r] && !conversions[r].input_paid;
+                    (same_kernel || passes_on) && reordered_after[r]
                 });
         }
         for (i, c) in conversions.iter().enumerate() {
