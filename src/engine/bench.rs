@@ -179,7 +179,7 @@ pub fn profile_networks_observed(
     }
     let max_rounds = max_rounds.max(rounds);
     if executor.one_workload_at_a_time() {
-        return profile_one_at_a_time(networks, executor, plan, warmup, observer);
+        return profile_one_at_a_time(networks, executor, (rounds, max_rounds), warmup, observer);
     }
     let mut benches = networks
         .iter()
@@ -220,16 +220,15 @@ pub fn profile_networks_observed(
 /// ([`Executor::one_workload_at_a_time`]): one network after another, each built only when the one before is
 /// finished, its timed rounds (each after an untimed run, as the interleaved order puts an instrumented one
 /// there) before its instrumented ones, which build their own session only once the timed one is gone. The
-/// observer sees the same steps, network by network; extra rounds follow a network's planned ones.
+/// observer sees the same steps, network by network; extra rounds follow a network's planned ones, up to
+/// `max_rounds` (at least `rounds`).
 fn profile_one_at_a_time(
     networks: &[Network],
     executor: &dyn Executor,
-    plan: RoundPlan,
+    (rounds, max_rounds): (usize, usize),
     warmup: usize,
     observer: &mut dyn BenchObserver,
 ) -> Result<Vec<NetworkProfile>> {
-    let RoundPlan { rounds, max_rounds, .. } = plan;
-    let max_rounds = max_rounds.max(rounds);
     let mut profiles = Vec::with_capacity(networks.len());
     for (network, net) in networks.iter().enumerate() {
         let mut bench = executor.bench_network(net, rounds, warmup)?;
@@ -829,6 +828,22 @@ mod tests {
         net
     }
 
+    /// Records every step; network 0 wants more rounds until it has `until`, the others never.
+    struct Wanting {
+        steps: Vec<BenchStep>,
+        until: usize,
+    }
+
+    impl BenchObserver for Wanting {
+        fn step(&mut self, step: BenchStep) -> Result<()> {
+            self.steps.push(step);
+            Ok(())
+        }
+        fn wants_more(&self, network: usize, rounds: usize) -> bool {
+            network == 0 && rounds < self.until
+        }
+    }
+
     #[test]
     fn profile_attributes_time_to_layers_and_plans_memory() {
         let net = residual();
@@ -847,21 +862,9 @@ mod tests {
     #[test]
     fn extra_turns_run_only_for_the_networks_that_want_them() {
         // Network 0 wants more until it has 11 rounds (7 planned in turns of 3, at most 12); network 1 never.
-        struct Wanting {
-            steps: Vec<BenchStep>,
-        }
-        impl BenchObserver for Wanting {
-            fn step(&mut self, step: BenchStep) -> Result<()> {
-                self.steps.push(step);
-                Ok(())
-            }
-            fn wants_more(&self, network: usize, rounds: usize) -> bool {
-                network == 0 && rounds < 11
-            }
-        }
         let nets = [residual(), residual()];
         let executor = TractExecutor::new(1).unwrap();
-        let mut observer = Wanting { steps: Vec::new() };
+        let mut observer = Wanting { steps: Vec::new(), until: 11 };
         let plan = RoundPlan { rounds: 7, max_rounds: 12, block: 3 };
         let profiles = profile_networks_observed(&nets, &executor, plan, 0, &mut observer).unwrap();
         // Planned turns 0-2, 3-5, 6 for both, then turns 7-9 and 10-11 for network 0 only.
@@ -937,22 +940,12 @@ mod tests {
                 Ok(Box::new(Logged(inner, self.1.clone(), network.name.clone())))
             }
         }
-        struct Wanting(Vec<BenchStep>);
-        impl BenchObserver for Wanting {
-            fn step(&mut self, step: BenchStep) -> Result<()> {
-                self.0.push(step);
-                Ok(())
-            }
-            fn wants_more(&self, network: usize, rounds: usize) -> bool {
-                network == 0 && rounds < 4
-            }
-        }
         let mut second = residual();
         second.name = "second".into();
         let nets = [residual(), second];
         let log = Log::default();
         let executor = Contending(TractExecutor::new(1).unwrap(), log.clone());
-        let mut observer = Wanting(Vec::new());
+        let mut observer = Wanting { steps: Vec::new(), until: 4 };
         let plan = RoundPlan { rounds: 2, max_rounds: 5, block: 1 };
         let profiles = profile_networks_observed(&nets, &executor, plan, 0, &mut observer).unwrap();
         // Network 0 runs its 2 planned rounds and the 2 more it wants, network 1 its 2; each is built after the
@@ -969,7 +962,7 @@ mod tests {
         };
         let want: Vec<String> = events("residual", 4).into_iter().chain(events("second", 2)).collect();
         assert_eq!(*log.lock().unwrap(), want);
-        let steps: Vec<(usize, usize, bool)> = observer.0.iter().map(|s| (s.network, s.round, s.after)).collect();
+        let steps: Vec<(usize, usize, bool)> = observer.steps.iter().map(|s| (s.network, s.round, s.after)).collect();
         let rounds = |network, n| (0..n).flat_map(move |r| [(network, r, false), (network, r, true)]);
         assert_eq!(steps, rounds(0, 4).chain(rounds(1, 2)).collect::<Vec<_>>());
         assert!(profiles.iter().all(|p| p.layers.iter().any(|l| l.latency_ms > 0.0)), "{profiles:?}");
