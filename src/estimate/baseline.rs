@@ -96,6 +96,7 @@ impl Templates {
                 scale: columns.iter().map(|&c| standardizer.scale[c]).collect(),
                 points,
                 targets: (0..usable.len()).map(|i| i as f64).collect(),
+                by_feature: Default::default(),
             };
             let samples = usable
                 .iter()

@@ -283,6 +283,7 @@ impl Regressor for NearestNeighbors {
             scale: standardizer.scale,
             points,
             targets: y.to_vec(),
+            by_feature: Default::default(),
         }))
     }
 }
@@ -469,6 +470,49 @@ mod tests {
         // The third column is noise that kNN cannot ignore; standardisation keeps it from dominating.
         let mape = held_out_mape(&NearestNeighbors::default(), product);
         assert!(mape < 9.0, "kNN MAPE {mape}");
+    }
+
+    #[test]
+    fn knn_ranks_blocks_of_points_as_one_point_at_a_time() {
+        // A query computes many points' distances together: the same neighbours and the same bits as the
+        // plain walk over the points, one feature after another, over several blocks, ties and exact hits.
+        let reference = |knn: &Knn, x: &[f64]| -> f64 {
+            let d = knn.columns.len();
+            let q: Vec<f32> =
+                (0..d).map(|j| ((x[knn.columns[j] as usize] - knn.mean[j]) / knn.scale[j]) as f32).collect();
+            let mut dist: Vec<(f32, usize)> = knn
+                .points
+                .chunks_exact(d)
+                .enumerate()
+                .map(|(row, p)| (p.iter().zip(&q).fold(0f32, |s, (a, b)| s + (a - b) * (a - b)), row))
+                .collect();
+            dist.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            let best = &dist[..knn.k.min(dist.len())];
+            if knn.distance_weighted {
+                if let Some(&(_, exact)) = best.iter().find(|(d, _)| *d == 0.0) {
+                    return knn.targets[exact];
+                }
+                let w: Vec<f64> = best.iter().map(|&(d, _)| 1.0 / (d as f64).sqrt()).collect();
+                best.iter().zip(&w).map(|(&(_, r), w)| w * knn.targets[r]).sum::<f64>() / w.iter().sum::<f64>()
+            } else {
+                best.iter().map(|&(_, r)| knn.targets[r]).sum::<f64>() / best.len() as f64
+            }
+        };
+        // Integer-valued features: many points at the same distance from a query.
+        let mut train: Vec<Vec<f64>> = rows(700, 5).iter().map(|r| r.iter().map(|v| v.floor()).collect()).collect();
+        train.extend(rows(300, 6));
+        let y: Vec<f64> = train.iter().map(|r| product(r)).collect();
+        let mut queries = rows(200, 7);
+        queries.extend(train.iter().step_by(37).cloned());
+        queries.extend(rows(100, 8).iter().map(|r| r.iter().map(|v| v.floor()).collect::<Vec<f64>>()));
+        for (k, distance_weighted) in [(1, false), (3, true), (5, false), (5, true)] {
+            let Model::Knn(knn) = NearestNeighbors { k, distance_weighted }.fit(&train, &y).unwrap() else {
+                panic!("kNN fits a kNN")
+            };
+            for q in &queries {
+                assert_eq!(knn.predict(q).to_bits(), reference(&knn, q).to_bits(), "k = {k}, query {q:?}");
+            }
+        }
     }
 
     #[test]
