@@ -498,21 +498,61 @@ mod tests {
                 best.iter().map(|&(_, r)| knn.targets[r]).sum::<f64>() / best.len() as f64
             }
         };
-        // Integer-valued features: many points at the same distance from a query.
-        let mut train: Vec<Vec<f64>> = rows(700, 5).iter().map(|r| r.iter().map(|v| v.floor()).collect()).collect();
-        train.extend(rows(300, 6));
-        let y: Vec<f64> = train.iter().map(|r| product(r)).collect();
-        let mut queries = rows(200, 7);
-        queries.extend(train.iter().step_by(37).cloned());
-        queries.extend(rows(100, 8).iter().map(|r| r.iter().map(|v| v.floor()).collect::<Vec<f64>>()));
-        for (k, distance_weighted) in [(1, false), (3, true), (5, false), (5, true)] {
-            let Model::Knn(knn) = NearestNeighbors { k, distance_weighted }.fit(&train, &y).unwrap() else {
-                panic!("kNN fits a kNN")
+        // Integer-valued features: many points at the same distance from a query. Three features (one pass of
+        // the remainder) and seven (a pass of four, then three).
+        for width in [3, 7] {
+            let mut rng = ChaCha8Rng::seed_from_u64(width as u64);
+            let mut draw = |n: usize, whole: bool| -> Vec<Vec<f64>> {
+                (0..n)
+                    .map(|_| {
+                        (0..width)
+                            .map(|_| {
+                                let v: f64 = rng.random_range(1.0..10.0);
+                                if whole {
+                                    v.floor()
+                                } else {
+                                    v
+                                }
+                            })
+                            .collect()
+                    })
+                    .collect()
             };
-            for q in &queries {
-                assert_eq!(knn.predict(q).to_bits(), reference(&knn, q).to_bits(), "k = {k}, query {q:?}");
+            let mut train = draw(700, true);
+            train.extend(draw(300, false));
+            let y: Vec<f64> = train.iter().map(|r| product(r)).collect();
+            let mut queries = draw(200, false);
+            queries.extend(train.iter().step_by(37).cloned());
+            queries.extend(draw(100, true));
+            for (k, distance_weighted) in [(1, false), (3, true), (5, false), (5, true)] {
+                let Model::Knn(knn) = NearestNeighbors { k, distance_weighted }.fit(&train, &y).unwrap() else {
+                    panic!("kNN fits a kNN")
+                };
+                assert_eq!(knn.columns.len(), width);
+                for q in &queries {
+                    assert_eq!(knn.predict(q).to_bits(), reference(&knn, q).to_bits(), "k = {k}, query {q:?}");
+                }
             }
         }
+    }
+
+    #[test]
+    fn a_knn_model_whose_points_do_not_match_its_targets_is_refused_when_read() {
+        let x = rows(20, 3);
+        let y: Vec<f64> = x.iter().map(|r| product(r)).collect();
+        let Model::Knn(knn) = NearestNeighbors::default().fit(&x, &y).unwrap() else { panic!("kNN fits a kNN") };
+        let config = bincode::config::standard();
+        let decode = |knn: &Knn| {
+            let bytes = bincode::serde::encode_to_vec(knn, config).unwrap();
+            bincode::serde::decode_from_slice::<Knn, _>(&bytes, config).map(|(k, _)| k)
+        };
+        assert_eq!(decode(&knn).unwrap(), knn);
+        let mut short = knn.clone();
+        short.points.pop();
+        assert!(decode(&short).unwrap_err().to_string().contains("point values"));
+        let mut scales = knn.clone();
+        scales.scale.push(1.0);
+        assert!(decode(&scales).unwrap_err().to_string().contains("scales"));
     }
 
     #[test]

@@ -601,8 +601,10 @@ impl Standardizer {
 }
 
 /// k nearest neighbours on standardised features: the training points (f32, row-major) and their targets.
-/// Constant features are dropped (`columns` lists the kept ones) so they cost no time per query.
+/// Constant features are dropped (`columns` lists the kept ones) so they cost no time per query. A model is
+/// not changed once it has answered a query (its points are then also held feature by feature).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "KnnRepr", into = "KnnRepr")]
 pub struct Knn {
     pub k: usize,
     pub distance_weighted: bool,
@@ -612,8 +614,46 @@ pub struct Knn {
     pub points: Vec<f32>,
     pub targets: Vec<f64>,
     /// `points` feature by feature, built on the first query.
-    #[serde(skip)]
     pub by_feature: FeatureMajor,
+}
+
+/// How a [`Knn`] is stored: its fields but the derived one, checked when read (a point per target, a value
+/// per kept feature for each).
+#[derive(Serialize, Deserialize)]
+struct KnnRepr {
+    k: usize,
+    distance_weighted: bool,
+    columns: Vec<u16>,
+    mean: Vec<f64>,
+    scale: Vec<f64>,
+    points: Vec<f32>,
+    targets: Vec<f64>,
+}
+
+impl TryFrom<KnnRepr> for Knn {
+    type Error = String;
+    fn try_from(r: KnnRepr) -> Result<Knn, String> {
+        let d = r.columns.len();
+        if r.mean.len() != d || r.scale.len() != d {
+            return Err(format!("kNN model: {d} features but {} means and {} scales", r.mean.len(), r.scale.len()));
+        }
+        if Some(r.points.len()) != r.targets.len().checked_mul(d) {
+            return Err(format!(
+                "kNN model: {} point values for {} targets of {d} features",
+                r.points.len(),
+                r.targets.len()
+            ));
+        }
+        let KnnRepr { k, distance_weighted, columns, mean, scale, points, targets } = r;
+        Ok(Knn { k, distance_weighted, columns, mean, scale, points, targets, by_feature: FeatureMajor::default() })
+    }
+}
+
+impl From<Knn> for KnnRepr {
+    fn from(m: Knn) -> KnnRepr {
+        let Knn { k, distance_weighted, columns, mean, scale, points, targets, by_feature: _ } = m;
+        KnnRepr { k, distance_weighted, columns, mean, scale, points, targets }
+    }
 }
 
 /// A [`Knn`]'s points transposed, one feature's values for every point together, so that a query computes the
@@ -621,7 +661,7 @@ pub struct Knn {
 /// additions, one feature after another, and a model of a few hundred points took a third of a 50-layer
 /// estimate that way ([budgets](../../docs/budgets.md)). It is derived from `points` and never stored, so any
 /// two are equal.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct FeatureMajor(std::sync::OnceLock<Vec<f32>>);
 
 impl PartialEq for FeatureMajor {
@@ -630,11 +670,17 @@ impl PartialEq for FeatureMajor {
     }
 }
 
+impl std::fmt::Debug for FeatureMajor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() { "FeatureMajor(built)" } else { "FeatureMajor(not built)" })
+    }
+}
+
 /// Points whose distances [`Knn::predict`] computes together before it ranks them.
 const KNN_BLOCK: usize = 128;
 
 /// Adds to each of `dist` the squared differences of its point from `q` on `q`'s features, feature by feature
-/// in order, as a point-by-point loop would (the same bits); feature j of these points starts at `columns(j)` of
+/// in order, as a point-by-point loop would (the same bits for a query of finite features); feature j of these points starts at `columns(j)` of
 /// `by_feature`.
 /// Four features a pass, so that the sums go through memory a quarter as often.
 #[inline]
