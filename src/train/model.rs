@@ -679,23 +679,28 @@ impl std::fmt::Debug for FeatureMajor {
 /// Points whose distances [`Knn::predict`] computes together before it ranks them.
 const KNN_BLOCK: usize = 128;
 
-/// Adds to each of `dist` the squared differences of its point from `q` on `q`'s features, feature by feature
-/// in order, as a point-by-point loop would (the same bits for a query of finite features); feature j of these points starts at `columns(j)` of
-/// `by_feature`.
-/// Four features a pass, so that the sums go through memory a quarter as often.
-#[inline]
-fn add_squared_distances(dist: &mut [f32], columns: impl Fn(usize) -> usize, by_feature: &[f32], q: &[f32]) {
+/// Adds to each of `dist` the squared differences of its point from `q`, feature by feature in order, as a
+/// point-by-point loop would (the same bits for a query of finite features). The points are `start..start +
+/// dist.len()` of the `n` held feature by feature in `by_feature`; AVX2's 8-lane registers when the CPU has them.
+fn add_squared_distances(dist: &mut [f32], by_feature: &[f32], n: usize, start: usize, q: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2.
+        return unsafe { add_squared_distances_avx2(dist, by_feature, n, start, q) };
+    }
+    add_squared_distances_portable(dist, by_feature, n, start, q)
+}
+
+/// [`add_squared_distances`] in whatever registers the build targets. Four features a pass, so that the sums go
+/// through memory a quarter as often. Always inlined, so that the AVX2 copy compiles its own body.
+#[inline(always)]
+fn add_squared_distances_portable(dist: &mut [f32], by_feature: &[f32], n: usize, start: usize, q: &[f32]) {
     let len = dist.len();
+    let column = |j: usize| &by_feature[j * n + start..j * n + start + len];
     let mut quads = q.chunks_exact(4);
     let mut j = 0;
     for quad in &mut quads {
-        let c = [columns(j), columns(j + 1), columns(j + 2), columns(j + 3)];
-        let (c0, c1, c2, c3) = (
-            &by_feature[c[0]..c[0] + len],
-            &by_feature[c[1]..c[1] + len],
-            &by_feature[c[2]..c[2] + len],
-            &by_feature[c[3]..c[3] + len],
-        );
+        let (c0, c1, c2, c3) = (column(j), column(j + 1), column(j + 2), column(j + 3));
         for (r, acc) in dist.iter_mut().enumerate() {
             let (d0, d1, d2, d3) = (c0[r] - quad[0], c1[r] - quad[1], c2[r] - quad[2], c3[r] - quad[3]);
             *acc = *acc + d0 * d0 + d1 * d1 + d2 * d2 + d3 * d3;
@@ -703,8 +708,7 @@ fn add_squared_distances(dist: &mut [f32], columns: impl Fn(usize) -> usize, by_
         j += 4;
     }
     for &qj in quads.remainder() {
-        let c = columns(j);
-        for (acc, &p) in dist.iter_mut().zip(&by_feature[c..c + len]) {
+        for (acc, &p) in dist.iter_mut().zip(column(j)) {
             let diff = p - qj;
             *acc += diff * diff;
         }
@@ -712,20 +716,15 @@ fn add_squared_distances(dist: &mut [f32], columns: impl Fn(usize) -> usize, by_
     }
 }
 
-/// [`add_squared_distances`] in 8-lane registers: the same operations in the same order (no fused
+/// [`add_squared_distances_portable`] in 8-lane registers: the same operations in the same order (no fused
 /// multiply-adds), so the same bits.
 ///
 /// # Safety
 /// The CPU has AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn add_squared_distances_avx2(
-    dist: &mut [f32],
-    columns: impl Fn(usize) -> usize,
-    by_feature: &[f32],
-    q: &[f32],
-) {
-    add_squared_distances(dist, columns, by_feature, q)
+unsafe fn add_squared_distances_avx2(dist: &mut [f32], by_feature: &[f32], n: usize, start: usize, q: &[f32]) {
+    add_squared_distances_portable(dist, by_feature, n, start, q)
 }
 
 impl Knn {
@@ -735,7 +734,8 @@ impl Knn {
         let d = columns.len();
         let n = targets.len();
         if d == 0 || n == 0 || self.points.len() != n * d {
-            // No feature varied in training: every point is equally near.
+            // No feature varied in training: every point is equally near. (Points that do not match the targets
+            // are refused when a model is read; one built in memory that way answers the same.)
             return targets.iter().sum::<f64>() / n.max(1) as f64;
         }
         let mut query = vec![0f32; d];
@@ -764,16 +764,7 @@ impl Knn {
             let len = KNN_BLOCK.min(n - start);
             let dist = &mut dist[..len];
             dist.fill(0.0);
-            let columns = |j| j * n + start;
-            #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: the CPU has AVX2.
-                unsafe { add_squared_distances_avx2(dist, columns, by_feature, q) };
-            } else {
-                add_squared_distances(dist, columns, by_feature, q);
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            add_squared_distances(dist, columns, by_feature, q);
+            add_squared_distances(dist, by_feature, n, start, q);
             for (r, &dist) in dist.iter().enumerate() {
                 if dist < worst || best.len() < k {
                     let at = best.partition_point(|(b, _)| *b <= dist);
