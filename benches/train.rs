@@ -34,6 +34,8 @@ fn bench_store(c: &mut Criterion) {
         store.manifest().models.len()
     );
     c.bench_function(&format!("open_store/{device}"), |b| b.iter(|| ModelStore::open(&models, &device).unwrap()));
+    // How many stored rows each prediction benchmark cycles through: 1 keeps one path hot in the caches.
+    let rows_per_model: usize = env_or("PERFMODEL_BENCH_ROWS", "64").parse().unwrap_or(64);
     let samples = perfmodel::data::read_device(&data, &device).unwrap_or_default();
     for entry in &store.manifest().models {
         let (Some(t), Some(m)) =
@@ -44,7 +46,7 @@ fn bench_store(c: &mut Criterion) {
         let Some(predictor) = store.predictor(t, m) else { continue };
         let rows: Vec<Vec<f64>> = samples
             .get(&t)
-            .map(|s| s.iter().take(64).filter_map(|s| s.config.features().ok()).collect())
+            .map(|s| s.iter().take(rows_per_model).filter_map(|s| s.config.features().ok()).collect())
             .unwrap_or_default();
         let rows = if rows.is_empty() { vec![vec![1.0; t.feature_names().len()]] } else { rows };
         let mut i = 0;

@@ -145,12 +145,9 @@ pub fn arena_in_use_bytes(
 ) -> Vec<Option<u64>> {
     let n = steps.len();
     let Liveness { storage, last_use } = liveness(sources, steps, input_bytes);
-    let mut dies_after: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for t in 1..=n {
-        if steps[t - 1].executes && storage[t] == t {
-            dies_after[last_use[t]].push(t);
-        }
-    }
+    let mut dying = Vec::with_capacity(n);
+    dying.extend((1..=n).filter(|&t| steps[t - 1].executes && storage[t] == t).map(|t| (last_use[t], t)));
+    let dies_after = crate::network::Groups::from_pairs(n, &dying);
     // The plan: which buffer each stored tensor lands in (allocation ids: tensor t's own buffer is t, the
     // workspace of step i is n + 1 + i), as a list of arena events in order.
     enum Event {
@@ -193,7 +190,7 @@ pub fn arena_in_use_bytes(
             }
         }
         events.push(Event::Ran(i));
-        for &t in &dies_after[i] {
+        for &t in dies_after.get(i) {
             let b = buffer[t];
             pending_free[b] = Some(events.len());
             events.push(Event::Free(b));

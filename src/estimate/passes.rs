@@ -748,20 +748,34 @@ fn arena_in_use(
     // A convolution computing an add reads the add's other input first and writes its sum there when
     // that is its last reader; the add itself reads only the convolution's side.
     let original = sources;
-    let mut sources = sources.to_vec();
-    let mut steps = steps.to_vec();
+    // Copied only when changed: a NAS loop estimates thousands of small networks a second.
+    let mut sources = std::borrow::Cow::Borrowed(sources);
+    let mut steps = std::borrow::Cow::Borrowed(steps);
     for (conv, kernel) in (0..sources.len()).filter_map(|i| Some((i, plan.kernel(i)?))) {
         let Some(add) = kernel.fused_add else { continue };
         if let [own, other] = sources[add][..] {
-            sources[conv].insert(0, other);
-            sources[add] = vec![own];
-            steps[conv].adds_into_first = true;
+            let s = sources.to_mut();
+            s[conv].insert(0, other);
+            s[add] = vec![own];
+            steps.to_mut()[conv].adds_into_first = true;
         }
     }
     // In the engine's order: a convolution computing a residual add reads the add's other input, so it
     // runs when the add would (ONNX Runtime runs a projection block's main branch, then the
     // projection with the add).
     let order = if tensors.graph_order { graph_order(&sources) } else { engine_order(plan, original) };
+    if order.iter().enumerate().all(|(p, &i)| p == i) {
+        // The network's own order: nothing to renumber.
+        return memory::arena_in_use_bytes(
+            &sources,
+            &steps,
+            input_bytes,
+            resident_bytes,
+            tensors.bytes,
+            tensors.reuse_shapes,
+            arena,
+        );
+    }
     let mut position = vec![0; order.len()];
     for (p, &i) in order.iter().enumerate() {
         position[i] = p;

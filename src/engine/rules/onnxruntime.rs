@@ -32,7 +32,7 @@
 use super::{scaled_product, single_readers, EngineRules, Fusion, Plan, Role};
 use crate::engine::GraphOptimization;
 use crate::layer::{Activation, LayerConfig, Op};
-use crate::network::{Analysis, Network, Source};
+use crate::network::{Analysis, Groups, Network, Source};
 
 /// ONNX Runtime at one graph-optimisation level, on a machine with NCHWc blocks of `nchwc_block` channels
 /// (0: no blocked layout).
@@ -159,17 +159,21 @@ impl OnnxRuntime {
         // The readers of what each running layer's kernel writes (its own output, or that of a layer run inside
         // it), outside that kernel.
         let kernel = |k: usize| kernel_of(plan, k);
-        let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut pairs = Vec::with_capacity(analysis.sources.iter().map(Vec::len).sum());
         for (c, sources) in analysis.sources.iter().enumerate() {
-            for s in sources {
+            let own = kernel(c);
+            for (at, s) in sources.iter().enumerate() {
                 if let Source::Layer(w) = s {
                     let k = kernel(*w);
-                    if k != kernel(c) && !readers[k].contains(&c) {
-                        readers[k].push(c);
+                    // Once per reader and kernel: an earlier input of `c` from the same kernel counted it.
+                    let counted = sources[..at].iter().any(|e| matches!(e, Source::Layer(v) if kernel(*v) == k));
+                    if k != own && !counted {
+                        pairs.push((k, c));
                     }
                 }
             }
         }
+        let readers = Groups::from_pairs(n, &pairs);
         // A reader takes a blocked tensor for good when its kernel converted its own tensors measured alone (a
         // blocked convolution that reads blocked input, even if an activation of its own then runs apart, or a
         // pooling of whole blocks): what happens to its output is its own credit. A reader that passes the
@@ -189,7 +193,7 @@ impl OnnxRuntime {
         let keeps_alone = |k: usize| {
             if pays(k) {
                 Some(true)
-            } else if !converted[k] || readers[k].is_empty() || self.reads_plain_input(net, analysis, k) {
+            } else if !converted[k] || readers.get(k).is_empty() || self.reads_plain_input(net, analysis, k) {
                 Some(false)
             } else {
                 None
@@ -253,7 +257,7 @@ impl OnnxRuntime {
                 conversions.input_bytes = input_elems * 4;
             }
             // Here its output stays blocked when every reader keeps the blocked layout.
-            if paid_out && !readers[i].is_empty() && readers[i].iter().all(|&c| keeps[kernel(c)]) {
+            if paid_out && !readers.get(i).is_empty() && readers.get(i).iter().all(|&c| keeps[kernel(c)]) {
                 conversions.output = true;
             }
         }
@@ -295,7 +299,7 @@ fn keeps_blocked_kernels(
     n: usize,
     kernel: &dyn Fn(usize) -> usize,
     alone: &dyn Fn(usize) -> Option<bool>,
-    readers: &[Vec<usize>],
+    readers: &Groups,
 ) -> Vec<bool> {
     let mut known: Vec<Option<bool>> = vec![None; n];
     let mut on_path = vec![false; n];
@@ -309,7 +313,7 @@ fn keeps_blocked_kernels(
             let settled = if next == 0 { alone(k) } else { None };
             let answer = match settled {
                 Some(answer) => Some(answer),
-                None => match readers[k].get(next).map(|&r| kernel(r)) {
+                None => match readers.get(k).get(next).map(|&r| kernel(r)) {
                     None => Some(true),
                     Some(r) => match known[r] {
                         Some(true) => {
