@@ -290,3 +290,41 @@ fn a_one_by_one_convolution_packs_its_input_as_the_estimate_counts_it() {
         assert!((held - packed as f64).abs() < 1024.0, "{layer}: the packing node held {held} B, counted {packed} B");
     }
 }
+
+/// A product with a constant weight over more rows than units keeps its weights as tract's right operand
+/// (`EinSumMatMul` swaps only when the left operand has fewer rows than the right has columns), packed in the
+/// right operand's column panels: the estimate's resident weights count that packing, not the left operand's.
+#[test]
+fn a_product_over_more_rows_than_units_keeps_its_weights_as_the_right_operand() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rows, k, units) = (2000usize, 3000usize, 17usize);
+    let net = format!(
+        r#"{{"name": "mm", "batch_size": 1, "input_shape": [{rows}, {k}],
+          "layers": [{{"name": "mm", "type": "matmul", "units": {units}, "use_bias": true}}]}}"#
+    );
+    std::fs::write(dir.path().join("mm.json"), net).unwrap();
+    let out = perfmodel(dir.path(), &["bench", "mm.json", "--rounds", "1", "--warmup", "0", "--format", "json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    const MIB: f64 = 1024.0 * 1024.0;
+    let config = perfmodel::LayerConfig::new(
+        perfmodel::layer::Op::MatMul { units: Some(units), use_bias: true },
+        vec![vec![rows, k]],
+        1,
+    );
+    let right = perfmodel::engine::packing::right_operand_weight_bytes(&config).unwrap() as f64 / MIB;
+    let left = perfmodel::engine::packing::tract_weight_bytes(&config).unwrap() as f64 / MIB;
+    let input = (rows * k * 4) as f64 / MIB;
+    let resident = json["total"]["resident_memory_mib"].as_f64().unwrap();
+    let plan = resident - input - right;
+    assert!((0.0..0.03).contains(&plan), "resident {resident} MiB, right-operand weights {right} MiB, input {input} MiB");
+    // Counted as the left operand, the weights would be more than the plan holds besides them.
+    assert!(left - right > 0.05, "left {left} MiB, right {right} MiB: the shapes do not tell the two apart");
+    // A product over fewer rows than units is swapped: its weights are the left operand, counted as such.
+    let swapped = perfmodel::LayerConfig::new(
+        perfmodel::layer::Op::MatMul { units: Some(units), use_bias: true },
+        vec![vec![units - 1, k]],
+        1,
+    );
+    assert_eq!(perfmodel::engine::packing::right_operand_weight_bytes(&swapped), None);
+}

@@ -451,6 +451,30 @@ pub fn tract_weight_bytes(config: &LayerConfig) -> Option<u64> {
     }
 }
 
+/// Bytes tract holds for the weights and bias of a product with a constant weight whose rows (tokens times the
+/// batch) are at least its units: `EinSumMatMul::codegen` (tract-core 0.23.9) swaps a product's operands only
+/// when its left one has fewer rows than the right one has columns, so such a product keeps the weights as its
+/// right operand, packed in the column panels of the kernel picked for it, and packs the tokens at run time.
+/// `None` for any other layer, whose weights [`tract_weight_bytes`] counts.
+pub fn right_operand_weight_bytes(config: &LayerConfig) -> Option<u64> {
+    thread_local! {
+        static PACKED: RefCell<HashMap<(usize, usize, usize), Option<u64>>> = RefCell::new(HashMap::default());
+    }
+    let Op::MatMul { units: Some(units), use_bias } = &config.op else { return None };
+    let (&k, leading) = config.input_shapes.first()?.split_last()?;
+    let rows = leading.iter().product::<usize>().checked_mul(config.batch)?;
+    if rows < *units || k == 0 || *units == 0 {
+        return None;
+    }
+    let packed = cached(&PACKED, &(rows, k, *units), CACHE_LIMIT, || {
+        let query = Query::plain(DatumType::F32, Some(rows), Some(k), Some(*units));
+        let (kernel, packing, _) = MmmDispatch::native().pick(&query)?;
+        let format = &kernel.packings().get(packing)?.1;
+        format.mem_size(TDim::from(k), TDim::from(*units)).to_i64().ok().and_then(|b| u64::try_from(b).ok())
+    })?;
+    Some(packed + if *use_bias { 4 * *units as u64 } else { 0 })
+}
+
 /// Bytes of the packed copy of its input that tract makes while a 1×1 convolution runs (stride 1, one group,
 /// batch 1: its `pack_a`/`pack_b` node), `None` for other layers. tract's `EinSumMatMul::codegen` makes the
 /// larger of the filters and the pixels the product's rows: over more pixels than filters the input is the

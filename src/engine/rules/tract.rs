@@ -254,7 +254,11 @@ impl EngineRules for Tract {
     /// each (`OptBinChain(Mul+Add)`).
     fn resident_bytes(&self, config: &LayerConfig, cost: &LayerCost, packed_weight_bytes: Option<u64>) -> (u64, u64) {
         match packed_weight_bytes {
-            Some(bytes) => (bytes, tract_plan_bytes(config)),
+            // The memory models count every product's weights as its left operand (what they were trained
+            // against); a product over at least as many rows as units keeps them as its right one.
+            Some(bytes) => {
+                (crate::engine::packing::right_operand_weight_bytes(config).unwrap_or(bytes), tract_plan_bytes(config))
+            }
             None if matches!(config.op, Op::BatchNorm) => (cost.weight_elems / 2 * BYTES_PER_ELEMENT, 0),
             None => (cost.weight_elems * BYTES_PER_ELEMENT, 0),
         }
