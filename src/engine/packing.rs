@@ -462,7 +462,7 @@ pub fn right_operand_weight_bytes(config: &LayerConfig) -> Option<u64> {
     }
     let Op::MatMul { units: Some(units), use_bias } = &config.op else { return None };
     let (&k, leading) = config.input_shapes.first()?.split_last()?;
-    let rows = leading.iter().product::<usize>().checked_mul(config.batch)?;
+    let rows = leading.iter().try_fold(config.batch, |rows, &d| rows.checked_mul(d))?;
     if rows < *units || k == 0 || *units == 0 {
         return None;
     }
