@@ -317,7 +317,10 @@ fn a_product_over_more_rows_than_units_keeps_its_weights_as_the_right_operand() 
     let input = (rows * k * 4) as f64 / MIB;
     let resident = json["total"]["resident_memory_mib"].as_f64().unwrap();
     let plan = resident - input - right;
-    assert!((0.0..0.03).contains(&plan), "resident {resident} MiB, right-operand weights {right} MiB, input {input} MiB");
+    assert!(
+        (0.0..0.03).contains(&plan),
+        "resident {resident} MiB, right-operand weights {right} MiB, input {input} MiB"
+    );
     // Counted as the left operand, the weights would be more than the plan holds besides them.
     assert!(left - right > 0.05, "left {left} MiB, right {right} MiB: the shapes do not tell the two apart");
     // A product over fewer rows than units is swapped: its weights are the left operand, counted as such.
