@@ -19,7 +19,7 @@ use std::cell::RefCell;
 use std::hash::Hash;
 use std::sync::OnceLock;
 use std::thread::LocalKey;
-use tract_linalg::mmm::Query;
+use tract_linalg::mmm::{MMMInputFormat, Query};
 use tract_linalg::MmmDispatch;
 use tract_onnx::prelude::{DatumType, TDim};
 
@@ -52,7 +52,10 @@ pub fn host_l2_bytes() -> Option<u64> {
 /// chosen kernel's tile (`mr` rows by `nr` columns).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KernelPick {
+    /// The left operand (`m` × `k`) packed in the kernel's row panels.
     pub packed_bytes: u64,
+    /// The right operand (`k` × `n`) packed in its column panels.
+    pub right_packed_bytes: u64,
     pub mr: usize,
     pub nr: usize,
 }
@@ -113,10 +116,16 @@ pub fn packed_weight_bytes(m: usize, k: usize, n: usize) -> Option<u64> {
 fn dispatch(m: usize, k: usize, n: usize) -> Option<KernelPick> {
     let query = Query::plain(DatumType::F32, Some(m), Some(k), Some(n));
     let (kernel, packing, _) = MmmDispatch::native().pick(&query)?;
-    let format = &kernel.packings().get(packing)?.0;
-    let packed_bytes =
-        format.mem_size(TDim::from(k), TDim::from(m)).to_i64().ok().and_then(|b| u64::try_from(b).ok())?;
-    Some(KernelPick { packed_bytes, mr: kernel.mr(), nr: kernel.nr() })
+    let (left, right) = kernel.packings().get(packing)?;
+    let bytes = |format: &dyn MMMInputFormat, mn: usize| {
+        format.mem_size(TDim::from(k), TDim::from(mn)).to_i64().ok().and_then(|b| u64::try_from(b).ok())
+    };
+    Some(KernelPick {
+        packed_bytes: bytes(&**left, m)?,
+        right_packed_bytes: bytes(&**right, n)?,
+        mr: kernel.mr(),
+        nr: kernel.nr(),
+    })
 }
 
 /// The order in which tract-linalg 0.23.9 walks the output tiles of one matmul on one thread
@@ -457,21 +466,13 @@ pub fn tract_weight_bytes(config: &LayerConfig) -> Option<u64> {
 /// right operand, packed in the column panels of the kernel picked for it, and packs the tokens at run time.
 /// `None` for any other layer, whose weights [`tract_weight_bytes`] counts.
 pub fn right_operand_weight_bytes(config: &LayerConfig) -> Option<u64> {
-    thread_local! {
-        static PACKED: RefCell<HashMap<(usize, usize, usize), Option<u64>>> = RefCell::new(HashMap::default());
-    }
     let Op::MatMul { units: Some(units), use_bias } = &config.op else { return None };
     let (&k, leading) = config.input_shapes.first()?.split_last()?;
     let rows = leading.iter().try_fold(config.batch, |rows, &d| rows.checked_mul(d))?;
-    if rows < *units || k == 0 || *units == 0 {
+    if rows < *units {
         return None;
     }
-    let packed = cached(&PACKED, &(rows, k, *units), CACHE_LIMIT, || {
-        let query = Query::plain(DatumType::F32, Some(rows), Some(k), Some(*units));
-        let (kernel, packing, _) = MmmDispatch::native().pick(&query)?;
-        let format = &kernel.packings().get(packing)?.1;
-        format.mem_size(TDim::from(k), TDim::from(*units)).to_i64().ok().and_then(|b| u64::try_from(b).ok())
-    })?;
+    let packed = kernel_pick(rows, k, *units)?.right_packed_bytes;
     Some(packed + if *use_bias { 4 * *units as u64 } else { 0 })
 }
 
