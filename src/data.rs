@@ -598,7 +598,7 @@ mod tests {
     use crate::layer::{Conv2d, Op};
 
     fn sample(filters: usize) -> Sample {
-        let cfg = LayerConfig::new(Op::Conv2d(Conv2d::new(filters, [3, 3])), vec![vec![3, 8, 8]], 1);
+        let cfg = LayerConfig::new(Op::Conv2d(Conv2d::new(filters, [3, 3])), vec![smallvec::smallvec![3, 8, 8]], 1);
         let mut s = Sample::unmeasured(&cfg).unwrap();
         s.status = Status::Ok;
         s.reason.clear();

@@ -358,16 +358,16 @@ mod tests {
         conv.strides = [2, 2];
         conv.padding = Padding::Same;
         conv.activation = Activation::Relu;
-        run_and_check(&LayerConfig::new(Op::Conv2d(conv), vec![vec![3, 17, 17]], 2));
+        run_and_check(&LayerConfig::new(Op::Conv2d(conv), vec![smallvec::smallvec![3, 17, 17]], 2));
         let dense = Dense { units: 10, use_bias: true, activation: Activation::Softmax };
-        run_and_check(&LayerConfig::new(Op::Dense(dense), vec![vec![64]], 3));
+        run_and_check(&LayerConfig::new(Op::Dense(dense), vec![smallvec::smallvec![64]], 3));
     }
 
     #[test]
     fn a_batch_norm_runs_as_a_trained_one_does_a_multiply_and_an_add_per_channel() {
         // With identity statistics tract would make it one multiply by a scalar and drop the add; perfmodel
         // exports per-channel statistics, so the layer tract runs reads a vector for each.
-        let config = LayerConfig::new(Op::BatchNorm, vec![vec![16, 8, 8]], 1);
+        let config = LayerConfig::new(Op::BatchNorm, vec![smallvec::smallvec![16, 8, 8]], 1);
         let workload = executor().layer_workload(&config).unwrap();
         let model = workload.state.model();
         let ops: Vec<String> = model.nodes().iter().map(|n| n.op().name().to_string()).collect();
@@ -384,7 +384,7 @@ mod tests {
     #[test]
     fn several_threads_compute_what_one_thread_computes() {
         // Large enough that tract's matmul dispatcher actually splits the work across the pool.
-        let config = LayerConfig::new(Op::Conv2d(Conv2d::new(128, [3, 3])), vec![vec![64, 40, 40]], 2);
+        let config = LayerConfig::new(Op::Conv2d(Conv2d::new(128, [3, 3])), vec![smallvec::smallvec![64, 40, 40]], 2);
         let one = executor().layer_workload(&config).unwrap().run_outputs().unwrap();
         let pooled = TractExecutor::new(2).unwrap();
         assert_eq!(pooled.threads(), 2);
@@ -397,7 +397,7 @@ mod tests {
 
     #[test]
     fn every_op_kind_builds_and_runs() {
-        let image = vec![8, 9, 9];
+        let image: crate::layer::Shape = smallvec::smallvec![8, 9, 9];
         let mut grouped = Conv2d::new(8, [3, 3]);
         grouped.groups = 4;
         grouped.dilation = [2, 2];
@@ -421,56 +421,64 @@ mod tests {
             LayerConfig::new(Op::Reshape { target_shape: vec![-1, 81] }, vec![image.clone()], 2),
             LayerConfig::new(Op::Add, vec![image.clone(), image.clone()], 1),
             LayerConfig::new(Op::Add, vec![image.clone(), image.clone(), image.clone()], 1),
-            LayerConfig::new(Op::Multiply, vec![image.clone(), vec![8, 1, 1]], 2),
-            LayerConfig::new(Op::Multiply, vec![image.clone(), vec![9], image.clone()], 1),
-            LayerConfig::new(Op::Concat { axis: 0 }, vec![image.clone(), vec![4, 9, 9]], 2),
-            LayerConfig::new(Op::Concat { axis: -1 }, vec![image.clone(), vec![8, 9, 2]], 1),
+            LayerConfig::new(Op::Multiply, vec![image.clone(), smallvec::smallvec![8, 1, 1]], 2),
+            LayerConfig::new(Op::Multiply, vec![image.clone(), smallvec::smallvec![9], image.clone()], 1),
+            LayerConfig::new(Op::Concat { axis: 0 }, vec![image.clone(), smallvec::smallvec![4, 9, 9]], 2),
+            LayerConfig::new(Op::Concat { axis: -1 }, vec![image.clone(), smallvec::smallvec![8, 9, 2]], 1),
             LayerConfig::new(Op::BatchNorm, vec![image.clone()], 2),
-            LayerConfig::new(Op::BatchNorm, vec![vec![32]], 2),
+            LayerConfig::new(Op::BatchNorm, vec![smallvec::smallvec![32]], 2),
             LayerConfig::new(Op::ZeroPadding2d { padding: [1, 2, 0, 3] }, vec![image.clone()], 1),
             LayerConfig::new(Op::Cropping2d { cropping: [1, 2, 0, 3] }, vec![image.clone()], 2),
             LayerConfig::new(Op::Dropout { rate: 0.5 }, vec![image.clone()], 1),
             LayerConfig::new(Op::ChannelShuffle { groups: 4 }, vec![image.clone()], 2),
             LayerConfig::new(Op::ChannelSlice { start: 2, end: 6 }, vec![image.clone()], 1),
             // A transformer block's layers on 10 tokens of 16 features in 2 heads of 8.
-            LayerConfig::new(Op::MatMul { units: Some(48), use_bias: true }, vec![vec![10, 16]], 2),
-            LayerConfig::new(Op::MatMul { units: Some(16), use_bias: false }, vec![vec![16]], 1),
-            LayerConfig::new(Op::MatMul { units: None, use_bias: false }, vec![vec![2, 10, 8], vec![2, 8, 10]], 2),
-            LayerConfig::new(Op::MatMul { units: None, use_bias: false }, vec![vec![2, 10, 10], vec![1, 10, 8]], 1),
-            LayerConfig::new(Op::LayerNorm { axis: -1, epsilon: 1e-6 }, vec![vec![10, 16]], 2),
+            LayerConfig::new(Op::MatMul { units: Some(48), use_bias: true }, vec![smallvec::smallvec![10, 16]], 2),
+            LayerConfig::new(Op::MatMul { units: Some(16), use_bias: false }, vec![smallvec::smallvec![16]], 1),
+            LayerConfig::new(
+                Op::MatMul { units: None, use_bias: false },
+                vec![smallvec::smallvec![2, 10, 8], smallvec::smallvec![2, 8, 10]],
+                2,
+            ),
+            LayerConfig::new(
+                Op::MatMul { units: None, use_bias: false },
+                vec![smallvec::smallvec![2, 10, 10], smallvec::smallvec![1, 10, 8]],
+                1,
+            ),
+            LayerConfig::new(Op::LayerNorm { axis: -1, epsilon: 1e-6 }, vec![smallvec::smallvec![10, 16]], 2),
             LayerConfig::new(Op::LayerNorm { axis: 0, epsilon: 1e-5 }, vec![image.clone()], 1),
-            LayerConfig::new(Op::Softmax { axis: -1 }, vec![vec![2, 10, 10]], 2),
+            LayerConfig::new(Op::Softmax { axis: -1 }, vec![smallvec::smallvec![2, 10, 10]], 2),
             LayerConfig::new(Op::Softmax { axis: 0 }, vec![image.clone()], 1),
-            LayerConfig::new(Op::Transpose { perm: vec![1, 0, 2] }, vec![vec![10, 2, 8]], 2),
-            LayerConfig::new(Op::Transpose { perm: vec![0, 2, 1] }, vec![vec![2, 10, 8]], 1),
+            LayerConfig::new(Op::Transpose { perm: vec![1, 0, 2] }, vec![smallvec::smallvec![10, 2, 8]], 2),
+            LayerConfig::new(Op::Transpose { perm: vec![0, 2, 1] }, vec![smallvec::smallvec![2, 10, 8]], 1),
             // Constants broadcast from the right: a scalar scale, a position embedding, a mask over the keys.
             LayerConfig::new(
-                Op::Elementwise { function: ElementwiseFn::Mul, constant_shape: vec![] },
-                vec![vec![2, 10, 10]],
+                Op::Elementwise { function: ElementwiseFn::Mul, constant_shape: smallvec::smallvec![] },
+                vec![smallvec::smallvec![2, 10, 10]],
                 2,
             ),
             LayerConfig::new(
-                Op::Elementwise { function: ElementwiseFn::Add, constant_shape: vec![10, 16] },
-                vec![vec![10, 16]],
+                Op::Elementwise { function: ElementwiseFn::Add, constant_shape: smallvec::smallvec![10, 16] },
+                vec![smallvec::smallvec![10, 16]],
                 1,
             ),
             LayerConfig::new(
-                Op::Elementwise { function: ElementwiseFn::Sub, constant_shape: vec![10] },
-                vec![vec![2, 10, 10]],
+                Op::Elementwise { function: ElementwiseFn::Sub, constant_shape: smallvec::smallvec![10] },
+                vec![smallvec::smallvec![2, 10, 10]],
                 2,
             ),
             LayerConfig::new(
-                Op::Elementwise { function: ElementwiseFn::Div, constant_shape: vec![10, 1] },
-                vec![vec![10, 16]],
+                Op::Elementwise { function: ElementwiseFn::Div, constant_shape: smallvec::smallvec![10, 1] },
+                vec![smallvec::smallvec![10, 16]],
                 1,
             ),
-            LayerConfig::new(Op::Embedding { vocab: 50, features: 16 }, vec![vec![10]], 2),
+            LayerConfig::new(Op::Embedding { vocab: 50, features: 16 }, vec![smallvec::smallvec![10]], 2),
         ];
         for a in Activation::ALL {
-            configs.push(LayerConfig::new(Op::Activation(a), vec![vec![10, 16]], 1));
+            configs.push(LayerConfig::new(Op::Activation(a), vec![smallvec::smallvec![10, 16]], 1));
             configs.push(LayerConfig::new(Op::Activation(a), vec![image.clone()], 2));
             let dense = Dense { units: 5, use_bias: false, activation: a };
-            configs.push(LayerConfig::new(Op::Dense(dense), vec![vec![12]], 1));
+            configs.push(LayerConfig::new(Op::Dense(dense), vec![smallvec::smallvec![12]], 1));
         }
         for config in &configs {
             run_and_check(config);
@@ -479,8 +487,9 @@ mod tests {
 
     #[test]
     fn unsupported_layers_and_threads_are_refused_clearly() {
-        let op = Op::Unsupported { op_type: "LRN".into(), output_shape: vec![8, 9, 9] };
-        let err = executor().layer_workload(&LayerConfig::new(op, vec![vec![8, 9, 9]], 1)).err().unwrap();
+        let op = Op::Unsupported { op_type: "LRN".into(), output_shape: smallvec::smallvec![8, 9, 9] };
+        let err =
+            executor().layer_workload(&LayerConfig::new(op, vec![smallvec::smallvec![8, 9, 9]], 1)).err().unwrap();
         assert!(err.to_string().contains("'LRN'"), "{err}");
         let err = TractExecutor::new(0).unwrap_err();
         assert!(err.to_string().contains("threads must be between 1"), "{err}");

@@ -134,6 +134,11 @@ thread_local! {
 }
 
 fn set_last_error(message: &str) {
+    // A success after a success changes nothing (and allocates nothing: a NAS loop succeeds thousands of times a
+    // second).
+    if message.is_empty() && LAST_ERROR.try_with(|e| e.borrow().is_empty()).unwrap_or(false) {
+        return;
+    }
     // Interior NULs cannot appear in a C string; replace them rather than lose the message.
     let text = CString::new(message.replace('\0', "\\0")).unwrap_or_default();
     // `try_with`: during thread teardown the message is dropped rather than panicking outside `catch_unwind`.
@@ -214,7 +219,32 @@ const LAYER_ARRAY_NETWORK: &str = "pm_layers";
 ///
 /// # Safety
 /// The pointer fields of each layer (`target_shape`, `inputs`) follow [`c_slice`]'s contract.
+#[cfg(test)]
 unsafe fn network_from_layers(layers: &[PmLayer], input_shape: &[i64], batch: usize) -> Result<Network, Failure> {
+    let mut net = Network::new(LAYER_ARRAY_NETWORK, Shape::new());
+    fill_network(&mut net, layers, input_shape, batch)?;
+    Ok(net)
+}
+
+thread_local! {
+    /// The network [`pm_estimate_layers`] last built on this thread, refilled by the next call: its layers keep
+    /// their names (`layer{i}`, the same for the same index) and their input lists' strings, so a NAS loop's
+    /// candidate costs no allocation for them.
+    static LAYER_NETWORK: RefCell<Network> = RefCell::new(Network::new(LAYER_ARRAY_NETWORK, Shape::new()));
+}
+
+/// [`network_from_layers`] into `net`, reusing its layers (a network only this function has filled: layer `i`
+/// is named `layer{i}`). After an error `net` holds a part of the array; the next fill overwrites it.
+///
+/// # Safety
+/// As [`network_from_layers`].
+unsafe fn fill_network(
+    net: &mut Network,
+    layers: &[PmLayer],
+    input_shape: &[i64],
+    batch: usize,
+) -> Result<(), Failure> {
+    use std::fmt::Write;
     // Named in errors only: a NAS loop calls this thousands of times a second.
     let file = || format!("network '{LAYER_ARRAY_NETWORK}'");
     let spec = |location: Location, message: String| Failure::from(Error::spec(location, message));
@@ -224,7 +254,7 @@ unsafe fn network_from_layers(layers: &[PmLayer], input_shape: &[i64], batch: us
     if batch == 0 {
         return Err(Failure::invalid("argument 'batch' must be positive"));
     }
-    let input_shape = input_shape
+    let shape = input_shape
         .iter()
         .map(|&d| usize::try_from(d).ok().filter(|&d| d > 0))
         .collect::<Option<Shape>>()
@@ -235,8 +265,10 @@ unsafe fn network_from_layers(layers: &[PmLayer], input_shape: &[i64], batch: us
                 format!("dimensions must be positive integers (and at least one), got {input_shape:?}"),
             )
         })?;
+    net.input_shape = shape;
+    net.batch_size = batch;
     let name = |i: usize| format!("layer{i}");
-    let mut net_layers: Vec<Layer> = Vec::with_capacity(layers.len());
+    net.layers.truncate(layers.len());
     for (i, layer) in layers.iter().enumerate() {
         let at = |e: LayerError| {
             let location = Location::file(file()).layer(name(i), i);
@@ -250,20 +282,31 @@ unsafe fn network_from_layers(layers: &[PmLayer], input_shape: &[i64], batch: us
         };
         let op = op_from_c(layer).map_err(at)?;
         let inputs = c_slice(layer.inputs, layer.n_inputs, "inputs")
-            .map_err(|f| at(LayerError::new(Some("inputs"), f.message)))?
-            .iter()
-            .map(|&j| match j {
-                -1 => Ok(INPUT.to_string()),
-                j if j >= 0 && (j as usize) < i => Ok(net_layers[j as usize].name.clone()),
-                j => Err(at(LayerError::new(
-                    Some("inputs"),
-                    format!("input index {j} must be -1 (the network input) or an earlier layer (0..{i})"),
-                ))),
-            })
-            .collect::<Result<Vec<String>, Failure>>()?;
-        net_layers.push(Layer { name: name(i), op, inputs });
+            .map_err(|f| at(LayerError::new(Some("inputs"), f.message)))?;
+        if let Some(&j) = inputs.iter().find(|&&j| j != -1 && !(j >= 0 && (j as usize) < i)) {
+            return Err(at(LayerError::new(
+                Some("inputs"),
+                format!("input index {j} must be -1 (the network input) or an earlier layer (0..{i})"),
+            )));
+        }
+        if i == net.layers.len() {
+            net.layers.push(Layer::new(name(i), op));
+        } else {
+            net.layers[i].op = op;
+        }
+        let names = &mut net.layers[i].inputs;
+        names.truncate(inputs.len());
+        for (k, &j) in inputs.iter().enumerate() {
+            if k == names.len() {
+                names.push(String::new());
+            }
+            let text = &mut names[k];
+            text.clear();
+            // Writing to a String cannot fail.
+            let _ = if j == -1 { write!(text, "{INPUT}") } else { write!(text, "layer{j}") };
+        }
     }
-    Ok(Network { name: LAYER_ARRAY_NETWORK.into(), batch_size: batch, input_shape, layers: net_layers })
+    Ok(())
 }
 
 /// # Safety
@@ -621,11 +664,23 @@ pub unsafe extern "C" fn pm_estimate_layers(
         let estimator = estimator(handle)?;
         let layers = c_slice(layers, n, "layers")?;
         let input_shape = c_slice(input_shape, rank, "input_shape")?;
-        let net = network_from_layers(layers, input_shape, batch)?;
-        // The totals alone: the per-layer rows and notes of a full estimate are not returned here.
-        let (total, uncovered) = estimator.estimate_totals(&net)?;
-        out.write(PmResult::of(&total, net.layers.len(), uncovered));
-        Ok(())
+        LAYER_NETWORK.with(|cell| {
+            // A fresh network if this thread's is in use (an estimate cannot call back here; kept safe anyway).
+            let mut fresh;
+            let mut held = cell.try_borrow_mut();
+            let net = match held.as_deref_mut() {
+                Ok(net) => net,
+                Err(_) => {
+                    fresh = Network::new(LAYER_ARRAY_NETWORK, Shape::new());
+                    &mut fresh
+                }
+            };
+            fill_network(net, layers, input_shape, batch)?;
+            // The totals alone: the per-layer rows and notes of a full estimate are not returned here.
+            let (total, uncovered) = estimator.estimate_totals(net)?;
+            out.write(PmResult::of(&total, net.layers.len(), uncovered));
+            Ok(())
+        })
     })
 }
 

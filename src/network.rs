@@ -90,10 +90,13 @@ impl Groups {
     }
 }
 
+/// What one layer reads, inline up to two inputs (most layers read one, an add two).
+pub type Sources = smallvec::SmallVec<[Source; 2]>;
+
 /// A validated network: resolved edges, shapes and costs for every layer.
 #[derive(Debug, Clone)]
 pub struct Analysis {
-    pub sources: Vec<Vec<Source>>,
+    pub sources: Vec<Sources>,
     /// Each layer alone at the analysed batch size (op and input shapes), as the analysis built it to infer
     /// its output: the estimate reads them many times per layer and should not rebuild them.
     configs: Vec<LayerConfig>,
@@ -128,8 +131,8 @@ impl Analysis {
 }
 
 impl Network {
-    pub fn new(name: impl Into<String>, input_shape: Shape) -> Self {
-        Network { name: name.into(), batch_size: 1, input_shape, layers: Vec::new() }
+    pub fn new(name: impl Into<String>, input_shape: impl Into<Shape>) -> Self {
+        Network { name: name.into(), batch_size: 1, input_shape: input_shape.into(), layers: Vec::new() }
     }
 
     /// Read a network from net.json or (by extension) an ONNX file, validated.
@@ -281,7 +284,7 @@ impl Network {
         };
         for (i, layer) in self.layers.iter().enumerate() {
             let loc = || Location::file(file()).layer(layer.name.clone(), i);
-            let mut sources = Vec::with_capacity(layer.inputs.len().max(1));
+            let mut sources = Sources::with_capacity(layer.inputs.len().max(1));
             if layer.inputs.is_empty() {
                 sources.push(if i == 0 { Source::Input } else { Source::Layer(i - 1) });
             }
@@ -309,7 +312,7 @@ impl Network {
                     }
                 }
             }
-            let shapes: Vec<Shape> = sources
+            let shapes: crate::layer::InputShapes = sources
                 .iter()
                 .map(|s| match s {
                     Source::Input => self.input_shape.clone(),
@@ -423,10 +426,10 @@ mod tests {
     fn example_from_the_issue_parses_and_round_trips() {
         let net = Network::from_json_str(TINY, "tiny.json").unwrap();
         let a = net.analyze().unwrap();
-        assert_eq!(a.output_shapes[0], vec![32, 112, 112]);
-        assert_eq!(a.output_shapes[3], vec![32, 56, 56]);
-        assert_eq!(a.output_shapes[5], vec![10]);
-        assert_eq!(a.sources[3], vec![Source::Layer(1), Source::Layer(2)]);
+        assert_eq!(a.output_shapes[0][..], [32, 112, 112]);
+        assert_eq!(a.output_shapes[3][..], [32, 56, 56]);
+        assert_eq!(a.output_shapes[5][..], [10]);
+        assert_eq!(a.sources[3][..], [Source::Layer(1), Source::Layer(2)]);
         let back = Network::from_json(&net.to_json(), "x").unwrap();
         assert_eq!(back, net);
     }

@@ -421,7 +421,7 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
         let units = log_uniform(rng, DENSE_UNITS).round() as usize;
         let activation = activations[rng.random_range(0..activations.len())];
         let op = Op::Dense(Dense { units, use_bias: true, activation });
-        added += pool.augmented(LayerConfig::new(op, vec![vec![features]], 1), "dense") as usize;
+        added += pool.augmented(LayerConfig::new(op, vec![smallvec::smallvec![features]], 1), "dense") as usize;
     }
 
     // Grouped variants, drawn last so that adding them left every earlier draw (and config) unchanged. The
@@ -464,8 +464,9 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
         let channels = log_uniform_multiple(rng, NEW_CHANNELS, 8);
         let mut other = c.clone();
         other.filters = log_uniform_multiple(rng, NEW_CHANNELS, 8);
-        added +=
-            pool.augmented(LayerConfig::new(Op::Conv2d(other), vec![vec![channels, h, w]], 1), "channels") as usize;
+        added += pool
+            .augmented(LayerConfig::new(Op::Conv2d(other), vec![smallvec::smallvec![channels, h, w]], 1), "channels")
+            as usize;
     }
 
     // Wide variants, drawn after the channel variants for the same reason: detection backbones and VGG-style
@@ -489,7 +490,9 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
         let channels = log_uniform_multiple(rng, WIDE_CHANNELS, 32);
         let mut wide = c.clone();
         wide.filters = log_uniform_multiple(rng, WIDE_CHANNELS, 32);
-        added += pool.augmented(LayerConfig::new(Op::Conv2d(wide), vec![vec![channels, h, w]], 1), "wide") as usize;
+        added += pool
+            .augmented(LayerConfig::new(Op::Conv2d(wide), vec![smallvec::smallvec![channels, h, w]], 1), "wide")
+            as usize;
     }
 
     // Grouped variants on new channel counts, drawn last: the grouped variants above split found channel
@@ -510,9 +513,10 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
         let mut grouped = c.clone();
         grouped.groups = groups;
         grouped.filters = groups * per_group(rng, PER_GROUP_FILTERS);
-        added += pool
-            .augmented(LayerConfig::new(Op::Conv2d(grouped), vec![vec![channels, h, w]], 1), "grouped_channels")
-            as usize;
+        added += pool.augmented(
+            LayerConfig::new(Op::Conv2d(grouped), vec![smallvec::smallvec![channels, h, w]], 1),
+            "grouped_channels",
+        ) as usize;
     }
 
     // First-layer variants, drawn last: the zoo's networks all start on a 3-channel image of 224-331 pixels, so
@@ -533,7 +537,7 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
         let size = FIRST_LAYER_SIZES[rng.random_range(0..FIRST_LAYER_SIZES.len())];
         let mut first = c.clone();
         first.filters = log_uniform_multiple(rng, FIRST_LAYER_FILTERS, 8);
-        let config = LayerConfig::new(Op::Conv2d(first), vec![vec![channels, size, size]], 1);
+        let config = LayerConfig::new(Op::Conv2d(first), vec![smallvec::smallvec![channels, size, size]], 1);
         if config.cost().is_err() {
             continue;
         }
@@ -566,7 +570,7 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
         }
         let mut heavy = c.clone();
         heavy.filters = filters;
-        let config = LayerConfig::new(Op::Conv2d(heavy), vec![vec![channels, h, w]], 1);
+        let config = LayerConfig::new(Op::Conv2d(heavy), vec![smallvec::smallvec![channels, h, w]], 1);
         if config.cost().is_err() {
             continue;
         }
@@ -593,7 +597,7 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
             if h.max(w) > RESOLUTION_MAX_SIZE {
                 continue;
             }
-            let config = LayerConfig::new(base.op.clone(), vec![vec![c, h, w]], 1);
+            let config = LayerConfig::new(base.op.clone(), vec![smallvec::smallvec![c, h, w]], 1);
             if config.cost().is_err() {
                 continue;
             }
@@ -688,7 +692,7 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
         let mut grouped = c.clone();
         grouped.groups = groups;
         grouped.filters = groups * width;
-        let config = LayerConfig::new(Op::Conv2d(grouped), vec![vec![groups * width, *h, *w]], 1);
+        let config = LayerConfig::new(Op::Conv2d(grouped), vec![smallvec::smallvec![groups * width, *h, *w]], 1);
         if config.cost().is_ok() {
             added += pool.augmented(config, "many_groups") as usize;
         }
@@ -722,7 +726,7 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
             activation,
             ..crate::layer::Conv2d::new(channels, [3, 3])
         };
-        let config = LayerConfig::new(Op::Conv2d(conv), vec![vec![channels, side, side]], 1);
+        let config = LayerConfig::new(Op::Conv2d(conv), vec![smallvec::smallvec![channels, side, side]], 1);
         if config.cost().is_ok() {
             added += pool.augmented(config, "grouped_square") as usize;
         }
@@ -749,7 +753,7 @@ fn augment(pool: &mut Pool, budget: &AugmentBudget, rng: &mut ChaCha8Rng) {
                 if rng.random_bool(0.5) { Padding::Explicit([half, half, half, half]) } else { Padding::Same };
             let window = crate::layer::Pool2d { pool_size: [size, size], strides: [1, 1], padding };
             let op = if t == LayerType::MaxPool2d { Op::MaxPool2d(window) } else { Op::AvgPool2d(window) };
-            let config = LayerConfig::new(op, vec![vec![channels, side, side]], 1);
+            let config = LayerConfig::new(op, vec![smallvec::smallvec![channels, side, side]], 1);
             if config.cost().is_ok() {
                 added += pool.augmented(config, "pool_stride_one") as usize;
             }
@@ -904,7 +908,7 @@ mod tests {
         assert!(added.iter().all(|c| c.source.starts_with("regnet_")), "only the late architectures' own configs");
         // RegNetX-800MF's 42 groups of 16 channels on 7x7.
         assert!(added.iter().any(|c| matches!(&c.config.op, Op::Conv2d(op) if op.groups == 42)
-            && c.config.input_shapes[0] == vec![672, 7, 7]));
+            && c.config.input_shapes[0][..] == [672, 7, 7]));
     }
 
     #[test]
@@ -1010,7 +1014,7 @@ mod tests {
             let input = &c.config.input_shapes[0];
             assert!(p.strides == [1, 1] && [[3, 3], [5, 5]].contains(&p.pool_size), "{c:?}");
             assert!((16..=1024).contains(&input[0]) && (7..=112).contains(&input[1]), "{c:?}");
-            assert_eq!(c.config.output_shape().unwrap(), input.to_vec(), "{c:?}");
+            assert_eq!(c.config.output_shape().unwrap(), *input, "{c:?}");
         }
         assert_eq!(stride_one.iter().filter(|c| matches!(c.config.op, Op::MaxPool2d(_))).count(), budget / 2);
         // Wide variants: spatial, stride 1, at most 28 pixels high, 128-1024 channels and filters.
@@ -1167,7 +1171,7 @@ mod tests {
             let base = a.configs.iter().filter(|b| b.count > 0 || b.source == "augment:depthwise").find(|b| {
                 unpadded(&b.config.op) == unpadded(&c.config.op)
                     && (b.config.input_shapes == c.config.input_shapes
-                        || vec![pytorch_input(&b.config)] == c.config.input_shapes)
+                        || [crate::layer::Shape::from_vec(pytorch_input(&b.config))] == c.config.input_shapes[..])
             });
             let base = base.unwrap_or_else(|| panic!("no base convolution: {c:?}"));
             assert_ne!(base.config.features().unwrap(), c.config.features().unwrap(), "{c:?}");

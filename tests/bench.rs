@@ -212,7 +212,7 @@ fn resident_memory_is_the_packed_weights_and_the_trace_finds_the_peak() {
             use_bias: false,
             activation: perfmodel::layer::Activation::Linear,
         }),
-        vec![vec![4000]],
+        vec![perfmodel::layer::Shape::from_slice(&[4000])],
         1,
     );
     let packed = perfmodel::engine::packing::tract_weight_bytes(&config).unwrap() as f64 / MIB;
@@ -309,7 +309,7 @@ fn a_product_over_more_rows_than_units_keeps_its_weights_as_the_right_operand() 
     const MIB: f64 = 1024.0 * 1024.0;
     let config = perfmodel::LayerConfig::new(
         perfmodel::layer::Op::MatMul { units: Some(units), use_bias: true },
-        vec![vec![rows, k]],
+        vec![perfmodel::layer::Shape::from_slice(&[rows, k])],
         1,
     );
     let right = perfmodel::engine::packing::right_operand_weight_bytes(&config).unwrap() as f64 / MIB;
@@ -326,7 +326,7 @@ fn a_product_over_more_rows_than_units_keeps_its_weights_as_the_right_operand() 
     // A product over fewer rows than units is swapped: its weights are the left operand, counted as such.
     let swapped = perfmodel::LayerConfig::new(
         perfmodel::layer::Op::MatMul { units: Some(units), use_bias: true },
-        vec![vec![units - 1, k]],
+        vec![perfmodel::layer::Shape::from_slice(&[units - 1, k])],
         1,
     );
     assert_eq!(perfmodel::engine::packing::right_operand_weight_bytes(&swapped), None);

@@ -98,7 +98,10 @@ fn unsupported_ops_are_named_or_kept_with_the_flag() {
     assert!(out.status.success(), "{}", stderr(&out));
     let net = Network::load(dir.path().join("net.json")).unwrap();
     let kept = net.layers.iter().find(|l| l.name == "block_out").expect("the LRN node is kept");
-    assert_eq!(kept.op, Op::Unsupported { op_type: "LRN".into(), output_shape: vec![16, 8, 8] });
+    assert_eq!(
+        kept.op,
+        Op::Unsupported { op_type: "LRN".into(), output_shape: perfmodel::layer::Shape::from_slice(&[16, 8, 8]) }
+    );
     assert_eq!(net.layers.len(), residual_concat().layers.len());
 }
 
@@ -261,7 +264,7 @@ fn pytorch_style_graphs_fold_shape_chains_and_fuse() {
     let out = perfmodel(dir.path(), &["import-onnx", "torch.onnx", "-o", "net.json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let net = Network::load(dir.path().join("net.json")).unwrap();
-    assert_eq!((net.batch_size, net.input_shape.clone()), (1, vec![3, 8, 8]), "the symbolic batch becomes 1");
+    assert_eq!((net.batch_size, net.input_shape.to_vec()), (1, vec![3, 8, 8]), "the symbolic batch becomes 1");
     let mut conv = Conv2d::new(16, [3, 3]);
     conv.strides = [2, 2];
     conv.padding = Padding::Explicit([1, 1, 1, 1]);
@@ -541,7 +544,7 @@ fn a_bert_encoder_from_both_exporters_imports_and_runs() {
         let out = perfmodel(dir.path(), &["import-onnx", path.to_str().unwrap(), "-o", "net.json"]);
         assert!(out.status.success(), "{}", stderr(&out));
         let net = Network::load(dir.path().join("net.json")).unwrap();
-        assert_eq!(net.input_shape, vec![32]);
+        assert_eq!(net.input_shape[..], [32]);
         assert_eq!(net.layers[0].op, Op::Embedding { vocab: 1000, features: 64 }, "{file}");
         let count = type_counts(&net);
         // Per layer: 4 products by a weight (query, key, value, output) and 2 of the feed-forward, 2 of two
@@ -550,13 +553,12 @@ fn a_bert_encoder_from_both_exporters_imports_and_runs() {
             assert_eq!(count.get(t), Some(&n), "{file}: {t} in {count:?}");
         }
         assert_eq!(count.get("activation"), Some(&2), "{file}: {count:?}");
-        assert!(net.layers.iter().any(
-            |l| l.op == Op::Elementwise { function: perfmodel::layer::ElementwiseFn::Mul, constant_shape: vec![] }
-        ));
+        assert!(net.layers.iter().any(|l| l.op
+            == Op::Elementwise { function: perfmodel::layer::ElementwiseFn::Mul, constant_shape: Default::default() }));
         assert!(net
             .layers
             .iter()
-            .any(|l| matches!(&l.op, Op::Elementwise { constant_shape, .. } if *constant_shape == [32, 64])));
+            .any(|l| matches!(&l.op, Op::Elementwise { constant_shape, .. } if constant_shape[..] == [32, 64])));
         // The zoo's transformer device estimates every layer (the lookup by its memory traffic), and tract runs it.
         imports_estimates_and_runs(&path);
         counts.push(count);
@@ -616,7 +618,7 @@ fn a_torchvision_vit_from_both_exporters_imports_and_runs() {
     let analysis = net.analyze().unwrap();
     let pad = net.layers.iter().position(|l| matches!(l.op, Op::ZeroPadding2d { .. })).unwrap();
     assert_eq!(net.layers[pad].op, Op::ZeroPadding2d { padding: [1, 0, 0, 0] });
-    assert_eq!(analysis.output_shapes[pad], vec![1, 17, 64], "16 patches and the class token");
+    assert_eq!(analysis.output_shapes[pad][..], [1, 17, 64], "16 patches and the class token");
     imports_estimates_and_runs(&data.join("tiny_vit_torchscript.onnx"));
     // The estimate plans the attention's axis moves as tract runs them (its own trace of the imported network):
     // the heads' transposes, even through reshapes, another transpose and the scalar scales, are packed by the
@@ -971,7 +973,7 @@ fn one_token_of_a_sequence_imports_as_a_slice_and_runs() {
     assert_eq!(layer_types(&back), ["matmul", "channel_slice", "reshape"]);
     // The last token (index -1 of 8).
     assert_eq!(back.layers[1].op, Op::ChannelSlice { start: 7, end: 8 });
-    assert_eq!(back.analyze().unwrap().output_shapes[2], vec![16]);
+    assert_eq!(back.analyze().unwrap().output_shapes[2][..], [16]);
     let out = perfmodel(dir.path(), &["bench", "net.json", "--rounds", "1", "--warmup", "0"]);
     assert!(out.status.success(), "{}", stderr(&out));
 }

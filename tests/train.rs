@@ -23,7 +23,7 @@ fn synthetic_dense(data_dir: &Path, device: &str, rows: usize) {
     for i in 0..rows {
         let (features, units, batch) = (16 + 37 * (i % 23), 8 + 53 * (i % 17), [1, 4, 16][i % 3]);
         let op = Op::Dense(Dense { units, use_bias: true, activation: Activation::Linear });
-        let config = LayerConfig::new(op, vec![vec![features]], batch);
+        let config = LayerConfig::new(op, vec![perfmodel::layer::Shape::from_slice(&[features])], batch);
         let mut s = Sample::unmeasured(&config).unwrap();
         let cost = config.cost().unwrap();
         s.latency_ms = Some(0.002 + cost.flops as f64 * 1e-7);
@@ -80,7 +80,7 @@ fn train_writes_models_report_and_plots_that_load_and_predict() {
     assert!(store.predictor(LayerType::Dense, Metric::Power).is_none());
     // The chosen latency model answers within 25 % for a layer inside the training range.
     let op = Op::Dense(Dense { units: 300, use_bias: true, activation: Activation::Linear });
-    let config = LayerConfig::new(op, vec![vec![400]], 4);
+    let config = LayerConfig::new(op, vec![perfmodel::layer::Shape::from_slice(&[400])], 4);
     let expected = 0.002 + config.cost().unwrap().flops as f64 * 1e-7;
     let predicted = store.predictor(LayerType::Dense, Metric::Latency).unwrap().predict(&config.features().unwrap());
     assert!((predicted - expected).abs() < 0.25 * expected, "predicted {predicted}, expected {expected}");
@@ -281,7 +281,7 @@ fn probed_pools(data_dir: &Path, device: &str, first: usize, rows: usize, probe_
     for i in first..first + rows {
         let (channels, side) = (8 + 13 * (i % 29), 8 + 3 * (i % 31));
         let op = Op::MaxPool2d(Pool2d { pool_size: [2, 2], strides: [2, 2], padding: Padding::Valid });
-        let config = LayerConfig::new(op, vec![vec![channels, side, side]], 1);
+        let config = LayerConfig::new(op, vec![perfmodel::layer::Shape::from_slice(&[channels, side, side])], 1);
         let mut s = Sample::unmeasured(&config).unwrap();
         s.latency_ms = Some(0.001 + (channels * side * side) as f64 * 3e-6);
         s.memory_mib = Some(1.0 + (s.input_bytes + s.output_bytes) as f64 / 1048576.0);
@@ -328,7 +328,7 @@ fn wavy_dense(data_dir: &Path, device: &str, first: usize, rows: usize, speed: f
     for i in first..first + rows {
         let (features, units) = (16 + 29 * (i % 41), 8 + 53 * (i % 19));
         let op = Op::Dense(Dense { units, use_bias: true, activation: Activation::Linear });
-        let config = LayerConfig::new(op, vec![vec![features]], 1);
+        let config = LayerConfig::new(op, vec![perfmodel::layer::Shape::from_slice(&[features])], 1);
         let mut s = Sample::unmeasured(&config).unwrap();
         let flops = config.cost().unwrap().flops as f64;
         let wave = 1.0 + 0.6 * (features as f64 / 37.0).sin();
@@ -374,7 +374,7 @@ fn transfer_wins_cross_validation_when_the_target_is_a_known_machine_at_another_
     std::fs::remove_dir_all(models.join("source")).unwrap();
     let store = ModelStore::open(&models, "synth").unwrap();
     let op = Op::Dense(Dense { units: 300, use_bias: true, activation: Activation::Linear });
-    let config = LayerConfig::new(op, vec![vec![400]], 1);
+    let config = LayerConfig::new(op, vec![perfmodel::layer::Shape::from_slice(&[400])], 1);
     let flops = config.cost().unwrap().flops as f64;
     let truth = 2.5 * (0.002 + flops * 1e-7) * (1.0 + 0.6 * (400.0f64 / 37.0).sin());
     let predicted = store.predictor(LayerType::Dense, Metric::Latency).unwrap().predict(&config.features().unwrap());

@@ -257,7 +257,7 @@ fn holdout_networks_are_never_sampled() {
     println!("{} holdout-only configs, {} of them produced by augmentation", holdout_only.len(), leaked.len());
     assert!(leaked.is_empty(), "holdout-only configs in the sample: {leaked:?}");
     assert!(!set.configs.iter().any(|c| matches!(&c.config.op, Op::Conv2d(x) if x.kernel == [11, 11])));
-    assert!(!set.configs.iter().any(|c| c.config.input_shapes[0] == vec![1, 28, 28]));
+    assert!(!set.configs.iter().any(|c| c.config.input_shapes[0][..] == [1, 28, 28]));
 }
 
 #[test]

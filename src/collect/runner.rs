@@ -842,8 +842,11 @@ mod tests {
         let device = dir.path().join("dev");
         // No directory, or no rows yet: anything goes.
         check_same_engine(&device, "tract 0.23.9").unwrap();
-        let cfg =
-            LayerConfig::new(crate::layer::Op::Conv2d(crate::layer::Conv2d::new(8, [3, 3])), vec![vec![3, 8, 8]], 1);
+        let cfg = LayerConfig::new(
+            crate::layer::Op::Conv2d(crate::layer::Conv2d::new(8, [3, 3])),
+            vec![smallvec::smallvec![3, 8, 8]],
+            1,
+        );
         let mut sample = Sample::unmeasured(&cfg).unwrap();
         sample.engine = "onnxruntime 1.32.0 (optimisation all)".into();
         let path = data::file_path(&device, LayerType::Conv2d);

@@ -488,9 +488,12 @@ mod tests {
         conv.activation = Activation::Relu;
         let dense = Dense { units: 10, use_bias: true, activation: Activation::Softmax };
         for optimization in GraphOptimization::ALL {
-            same_as_tract(&LayerConfig::new(Op::Conv2d(conv.clone()), vec![vec![8, 17, 17]], 2), optimization);
-            same_as_tract(&LayerConfig::new(Op::Dense(dense.clone()), vec![vec![64]], 3), optimization);
-            same_as_tract(&LayerConfig::new(Op::BatchNorm, vec![vec![16, 8, 8]], 1), optimization);
+            same_as_tract(
+                &LayerConfig::new(Op::Conv2d(conv.clone()), vec![smallvec::smallvec![8, 17, 17]], 2),
+                optimization,
+            );
+            same_as_tract(&LayerConfig::new(Op::Dense(dense.clone()), vec![smallvec::smallvec![64]], 3), optimization);
+            same_as_tract(&LayerConfig::new(Op::BatchNorm, vec![smallvec::smallvec![16, 8, 8]], 1), optimization);
         }
     }
 

@@ -514,7 +514,7 @@ pub fn packed_input_bytes(config: &LayerConfig) -> Option<u64> {
 /// padding zero and the dilation 1).
 pub fn is_plain_product(config: &LayerConfig) -> bool {
     let Op::Conv2d(c) = &config.op else { return false };
-    let Some(&[_, h, w]) = config.input_shapes.first().map(Vec::as_slice) else { return false };
+    let Some(&[_, h, w]) = config.input_shapes.first().map(|s| s.as_slice()) else { return false };
     c.kernel == [1, 1]
         && c.groups == 1
         && c.strides == [1, 1]
@@ -559,7 +559,7 @@ struct ConvKey {
 /// and validating the config and inferring its output shape each time was a fifth of a NAS candidate's estimate.
 fn conv_shape(config: &LayerConfig) -> Option<ConvShape> {
     let Op::Conv2d(c) = &config.op else { return None };
-    let Some(&[channels, height, width]) = config.input_shapes.first().map(Vec::as_slice) else {
+    let Some(&[channels, height, width]) = config.input_shapes.first().map(|s| s.as_slice()) else {
         return conv_shape_of(config);
     };
     thread_local! {
@@ -935,15 +935,16 @@ mod tests {
     fn features_and_configs_give_the_same_packed_size() {
         let dense = LayerConfig::new(
             Op::Dense(Dense { units: 129, use_bias: true, activation: Activation::Relu }),
-            vec![vec![300]],
+            vec![smallvec::smallvec![300]],
             2,
         );
         let mut grouped = Conv2d::new(60, [3, 3]);
         grouped.groups = 3;
         grouped.padding = Padding::Same;
-        let conv = LayerConfig::new(Op::Conv2d(grouped), vec![vec![24, 14, 14]], 1);
+        let conv = LayerConfig::new(Op::Conv2d(grouped), vec![smallvec::smallvec![24, 14, 14]], 1);
         // A transformer's linear layer: the weight packed as a dense layer's over 2 x 197 tokens.
-        let linear = LayerConfig::new(Op::MatMul { units: Some(129), use_bias: true }, vec![vec![197, 300]], 2);
+        let linear =
+            LayerConfig::new(Op::MatMul { units: Some(129), use_bias: true }, vec![smallvec::smallvec![197, 300]], 2);
         for config in [dense, conv, linear] {
             let layer_type = config.layer_type();
             let shape = PackedShape::for_layer(layer_type, &layer_type.feature_names()).unwrap();
@@ -952,8 +953,11 @@ mod tests {
             assert!(from_features >= config.cost().unwrap().weight_elems * 4);
         }
         // A product of two tensors holds no weights.
-        let product =
-            LayerConfig::new(Op::MatMul { units: None, use_bias: false }, vec![vec![3, 197, 64], vec![3, 64, 197]], 1);
+        let product = LayerConfig::new(
+            Op::MatMul { units: None, use_bias: false },
+            vec![smallvec::smallvec![3, 197, 64], smallvec::smallvec![3, 64, 197]],
+            1,
+        );
         let shape = PackedShape::for_layer(LayerType::MatMul, &LayerType::MatMul.feature_names()).unwrap();
         assert_eq!(shape.packed_bytes(&product.features().unwrap()), Some(0));
         assert!(PackedShape::for_layer(LayerType::MaxPool2d, &LayerType::MaxPool2d.feature_names()).is_none());

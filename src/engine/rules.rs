@@ -18,7 +18,7 @@ pub use onnxruntime::{
 pub use tract::{kind_of, Tract};
 
 use crate::layer::{Activation, ElementwiseFn, LayerConfig, LayerCost, LayerType, Op};
-use crate::network::{Analysis, Network, Source};
+use crate::network::{Analysis, Network, Source, Sources};
 
 /// The structure kind of an activation or add that the engine fuses into the product before it (a fused op of
 /// that product: a few KiB of spec and constants).
@@ -332,7 +332,12 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
     /// What the engine's allocation planner matches a layer's output by when it hands it a buffer a dead tensor
     /// left (ONNX Runtime's `FindReusableTensor`: the same shape and element type), per layer; `None` when the
     /// engine plans no such reuse (every output then comes from the arena or the heap anew).
-    fn arena_reuse_shapes(&self, _net: &Network, _analysis: &Analysis, _plan: &Plan) -> Option<Vec<Vec<usize>>> {
+    fn arena_reuse_shapes(
+        &self,
+        _net: &Network,
+        _analysis: &Analysis,
+        _plan: &Plan,
+    ) -> Option<Vec<crate::layer::Shape>> {
         None
     }
 
@@ -510,7 +515,7 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
     fn structure_kind(
         &self,
         net: &Network,
-        sources: &[Vec<Source>],
+        sources: &[Sources],
         plan: &Plan,
         i: usize,
         own_kind: &'static str,
@@ -567,7 +572,7 @@ pub fn is_scalar_scale(op: &Op) -> bool {
 }
 
 /// The one layer reading each layer's output, `None` for a layer read by none or by several.
-pub fn single_readers(sources: &[Vec<Source>], consumers: &[u32]) -> Vec<Option<usize>> {
+pub fn single_readers(sources: &[Sources], consumers: &[u32]) -> Vec<Option<usize>> {
     let mut reader = vec![None; consumers.len()];
     for (i, srcs) in sources.iter().enumerate() {
         for s in srcs {
@@ -585,7 +590,7 @@ pub fn single_readers(sources: &[Vec<Source>], consumers: &[u32]) -> Vec<Option<
 /// already found) as a layer before it; `None` for the first of each. Not a zero padding: ONNX Runtime folds each
 /// into the convolution reading it first (NASNet's paddings of one ReLU's output stay two, one per convolution).
 /// Without a tensor that several layers read there are none, and a chain costs a count.
-pub fn duplicates(net: &Network, sources: &[Vec<Source>]) -> Vec<Option<usize>> {
+pub fn duplicates(net: &Network, sources: &[Sources]) -> Vec<Option<usize>> {
     let n = net.layers.len();
     let mut of: Vec<Option<usize>> = vec![None; n];
     let readers = consumers(sources, n);
@@ -593,7 +598,8 @@ pub fn duplicates(net: &Network, sources: &[Vec<Source>]) -> Vec<Option<usize>> 
     if input_readers < 2 && readers.iter().all(|&r| r < 2) {
         return of;
     }
-    let mut firsts: std::collections::HashMap<Vec<Source>, Vec<usize>> = std::collections::HashMap::new();
+    type Inputs = smallvec::SmallVec<[Source; 2]>;
+    let mut firsts: rustc_hash::FxHashMap<Inputs, smallvec::SmallVec<[usize; 2]>> = Default::default();
     for (i, layer) in net.layers.iter().enumerate() {
         let weightless = matches!(
             layer.op,
@@ -614,7 +620,7 @@ pub fn duplicates(net: &Network, sources: &[Vec<Source>]) -> Vec<Option<usize>> 
         if !weightless || sources[i].is_empty() {
             continue;
         }
-        let canonical: Vec<Source> = sources[i]
+        let canonical: Inputs = sources[i]
             .iter()
             .map(|s| match *s {
                 Source::Layer(j) => Source::Layer(of[j].unwrap_or(j)),
@@ -630,7 +636,7 @@ pub fn duplicates(net: &Network, sources: &[Vec<Source>]) -> Vec<Option<usize>> 
     of
 }
 
-pub fn consumers(sources: &[Vec<Source>], n: usize) -> Vec<u32> {
+pub fn consumers(sources: &[Sources], n: usize) -> Vec<u32> {
     let mut consumers = vec![0u32; n];
     for srcs in sources {
         for s in srcs {
@@ -644,7 +650,7 @@ pub fn consumers(sources: &[Vec<Source>], n: usize) -> Vec<u32> {
 
 /// For every zero padding whose only reader is a convolution (regular or depthwise): that convolution, which
 /// absorbs the padding (tract does; measured 0 ms in whole-network runs).
-fn padding_fused_into(net: &Network, sources: &[Vec<Source>], consumers: &[u32]) -> Vec<Option<usize>> {
+fn padding_fused_into(net: &Network, sources: &[Sources], consumers: &[u32]) -> Vec<Option<usize>> {
     let mut into = vec![None; net.layers.len()];
     for (reader, srcs) in sources.iter().enumerate() {
         let [Source::Layer(pad)] = srcs.as_slice() else { continue };

@@ -41,7 +41,7 @@
 //!   [`arena_in_use_bytes`] replays the same walk's allocations through [`super::arena`], with the buffers its
 //!   allocation planner hands dead tensors' buffers on to later tensors of their shape.
 
-use crate::network::Source;
+use crate::network::{Source, Sources};
 
 /// Every tensor is f32.
 pub const BYTES_PER_ELEMENT: u64 = 4;
@@ -81,13 +81,13 @@ fn tensor_of(s: &Source) -> usize {
 /// [`crate::network::Analysis::sources`]), `steps[i]` its sizes, `input_bytes` the network input's size and
 /// `weight_bytes` what is resident besides the input (the weights and plan tables of all executing layers and
 /// the engine's structure).
-pub fn peak_bytes(sources: &[Vec<Source>], steps: &[Step], input_bytes: u64, weight_bytes: u64) -> u64 {
+pub fn peak_bytes(sources: &[Sources], steps: &[Step], input_bytes: u64, weight_bytes: u64) -> u64 {
     in_use_bytes(sources, steps, input_bytes, weight_bytes).into_iter().flatten().max().unwrap_or(weight_bytes)
 }
 
 /// Bytes in use while each layer runs (weights, live tensors and its workspace), `None` for layers that do not
 /// execute; the peak is their maximum. Arguments as for [`peak_bytes`].
-pub fn in_use_bytes(sources: &[Vec<Source>], steps: &[Step], input_bytes: u64, weight_bytes: u64) -> Vec<Option<u64>> {
+pub fn in_use_bytes(sources: &[Sources], steps: &[Step], input_bytes: u64, weight_bytes: u64) -> Vec<Option<u64>> {
     let n = steps.len();
     let Liveness { storage, last_use } = liveness(sources, steps, input_bytes);
     let bytes_of = |t: usize| if t == 0 { input_bytes } else { steps[t - 1].output_bytes };
@@ -135,12 +135,12 @@ pub fn in_use_bytes(sources: &[Vec<Source>], steps: &[Step], input_bytes: u64, w
 /// reader. Held for a later tensor of its shape, a dead buffer is not there for the tensors of other shapes in
 /// between: on one BERT encoder that made ONNX Runtime's arena add an 8 MiB region to the 1, 2 and 4 MiB ones.
 pub fn arena_in_use_bytes(
-    sources: &[Vec<Source>],
+    sources: &[Sources],
     steps: &[Step],
     input_bytes: u64,
     weight_bytes: u64,
     arena_bytes: &[(u64, u64)],
-    reuse_shapes: Option<&[Vec<usize>]>,
+    reuse_shapes: Option<&[crate::layer::Shape]>,
     config: super::arena::ArenaConfig,
 ) -> Vec<Option<u64>> {
     let n = steps.len();
@@ -227,7 +227,7 @@ struct Liveness {
     last_use: Vec<usize>,
 }
 
-fn liveness(sources: &[Vec<Source>], steps: &[Step], input_bytes: u64) -> Liveness {
+fn liveness(sources: &[Sources], steps: &[Step], input_bytes: u64) -> Liveness {
     let n = steps.len();
     // Tensor 0 is the network input, tensor 1 + i the output of layer i. `storage[t]` is the tensor that really
     // holds tensor t's data (itself unless t is the output of a layer that does not execute).
@@ -285,7 +285,7 @@ fn liveness(sources: &[Vec<Source>], steps: &[Step], input_bytes: u64) -> Livene
 
 /// Bytes of the input a packing step `i` frees before writing its output (see the module docs), if it does.
 fn input_freed_after_packing(
-    sources: &[Vec<Source>],
+    sources: &[Sources],
     steps: &[Step],
     storage: &[usize],
     last_use: &[usize],
@@ -303,7 +303,7 @@ fn input_freed_after_packing(
 
 /// Step after which each stored tensor (index into `storage`'s targets) is last needed; tensors nobody reads are
 /// network outputs and live to the end. Consumers come after producers, so one pass in order.
-fn last_uses(sources: &[Vec<Source>], storage: &[usize], n: usize) -> Vec<usize> {
+fn last_uses(sources: &[Sources], storage: &[usize], n: usize) -> Vec<usize> {
     let mut last_use: Vec<usize> = vec![0; n + 1];
     let mut consumed = vec![false; n + 1];
     for t in 1..=n {
@@ -347,7 +347,11 @@ mod tests {
         // a); c, after a is freed, fits a's region. 8 MiB of regions and their tables (1/32), from b on, beside 5
         // resident bytes and the input.
         const MIB: u64 = 1 << 20;
-        let sources = vec![vec![Source::Input], vec![Source::Layer(0)], vec![Source::Layer(1)]];
+        let sources = vec![
+            smallvec::smallvec![Source::Input],
+            smallvec::smallvec![Source::Layer(0)],
+            smallvec::smallvec![Source::Layer(1)],
+        ];
         let steps = [run(3 * MIB, 0), run(3 * MIB, 0), run(MIB, 0)];
         let config = crate::estimate::arena::ArenaConfig::ONNXRUNTIME;
         let sizes: Vec<(u64, u64)> = steps.iter().map(|s| (s.output_bytes, 0)).collect();
@@ -364,21 +368,24 @@ mod tests {
         // 1 MiB first region sizes it up), b a second 2 MiB one; the next region would be 4 MiB.
         const MIB: u64 = 1 << 20;
         let config = crate::estimate::arena::ArenaConfig::ONNXRUNTIME;
-        let sources: Vec<Vec<Source>> =
-            (0..4).map(|i| if i == 0 { vec![Source::Input] } else { vec![Source::Layer(i - 1)] }).collect();
+        let sources: Vec<Sources> = (0..4)
+            .map(
+                |i| if i == 0 { smallvec::smallvec![Source::Input] } else { smallvec::smallvec![Source::Layer(i - 1)] },
+            )
+            .collect();
         let steps = [run(2 * MIB, 0); 4];
         let sizes = [(2 * MIB, 0); 4];
         let regions = |mib: u64| 12 + mib * MIB + mib * MIB / 32;
         // Shapes A, B, A, B: c takes a's buffer and d b's, with the planner (held for them) or without (freed
         // chunks of the same size): 4 MiB either way.
-        let shapes = [vec![1, 2], vec![2, 1], vec![1, 2], vec![2, 1]];
+        let shapes: [crate::layer::Shape; 4] = [[1, 2], [2, 1], [1, 2], [2, 1]].map(|s| s.as_slice().into());
         let planned = arena_in_use_bytes(&sources, &steps, 7, 5, &sizes, Some(&shapes), config);
         let free = arena_in_use_bytes(&sources, &steps, 7, 5, &sizes, None, config);
         assert_eq!(planned, vec![Some(regions(2)), Some(regions(4)), Some(regions(4)), Some(regions(4))]);
         assert_eq!(free, planned);
         // Shapes A, B, C, A: a's buffer dies after b and is held for d, so c of another shape cannot take it
         // and gets a new 4 MiB region; without the planner c takes a's freed chunk.
-        let shapes = [vec![1, 2], vec![2, 1], vec![4], vec![1, 2]];
+        let shapes: [crate::layer::Shape; 4] = [&[1, 2][..], &[2, 1], &[4], &[1, 2]].map(Into::into);
         let planned = arena_in_use_bytes(&sources, &steps, 7, 5, &sizes, Some(&shapes), config);
         let free = arena_in_use_bytes(&sources, &steps, 7, 5, &sizes, None, config);
         assert_eq!(free[2], Some(regions(4)), "c in a's freed chunk");
@@ -393,7 +400,11 @@ mod tests {
         // t (the same size, dying there too) is not.
         const MIB: u64 = 1 << 20;
         let config = crate::estimate::arena::ArenaConfig::ONNXRUNTIME;
-        let sources = vec![vec![Source::Input], vec![Source::Layer(0)], vec![Source::Layer(0), Source::Layer(1)]];
+        let sources = vec![
+            smallvec::smallvec![Source::Input],
+            smallvec::smallvec![Source::Layer(0)],
+            smallvec::smallvec![Source::Layer(0), Source::Layer(1)],
+        ];
         let adding = Step { adds_into_first: true, ..run(3 * MIB, 0) };
         let sizes = [(3 * MIB, 0), (3 * MIB, 0), (3 * MIB, 0)];
         let regions = |mib: u64| 12 + mib * MIB + mib * MIB / 32;
@@ -411,7 +422,8 @@ mod tests {
         );
         assert_eq!(in_use[2], Some(regions(16)), "s, t and c apart");
         // s still read later: c writes a buffer of its own.
-        let later = vec![sources[0].clone(), sources[1].clone(), sources[2].clone(), vec![Source::Layer(0)]];
+        let later =
+            vec![sources[0].clone(), sources[1].clone(), sources[2].clone(), smallvec::smallvec![Source::Layer(0)]];
         let steps = [run(3 * MIB, 0), run(3 * MIB, 0), adding, run(MIB, 0)];
         let in_use = arena_in_use_bytes(
             &later,
@@ -430,10 +442,10 @@ mod tests {
         // input 8 -> a(10), input -> b(20), concat(a, b) never built, conv(concat) -> 5 with 3 of workspace:
         // the conv reads a and b, so both are alive at its step: 8 + 10 + 20 + 5 + 3.
         let sources = vec![
-            vec![Source::Input],
-            vec![Source::Input],
-            vec![Source::Layer(0), Source::Layer(1)],
-            vec![Source::Layer(2)],
+            smallvec::smallvec![Source::Input],
+            smallvec::smallvec![Source::Input],
+            smallvec::smallvec![Source::Layer(0), Source::Layer(1)],
+            smallvec::smallvec![Source::Layer(2)],
         ];
         let concat = Step { executes: false, keeps_inputs: true, ..run(30, 0) };
         let steps = [run(10, 0), run(20, 0), concat, run(5, 3)];
@@ -447,11 +459,15 @@ mod tests {
     fn chain_keeps_only_neighbours_alive() {
         // input 10 -> a(20) -> b(5): step a holds 10 + 20 (+1 workspace), step b holds 20 + 5 and the input,
         // which its caller owns; 7 of weights.
-        let sources = vec![vec![Source::Input], vec![Source::Layer(0)]];
+        let sources = vec![smallvec::smallvec![Source::Input], smallvec::smallvec![Source::Layer(0)]];
         let steps = [run(20, 1), run(5, 0)];
         assert_eq!(peak_bytes(&sources, &steps, 10, 7), 35 + 7);
         // a -> b -> c(1): a is freed after b, so c holds the input, b and c only.
-        let chain3 = vec![vec![Source::Input], vec![Source::Layer(0)], vec![Source::Layer(1)]];
+        let chain3 = vec![
+            smallvec::smallvec![Source::Input],
+            smallvec::smallvec![Source::Layer(0)],
+            smallvec::smallvec![Source::Layer(1)],
+        ];
         assert_eq!(peak_bytes(&chain3, &[run(20, 0), run(5, 0), run(1, 0)], 10, 0), 35);
         assert_eq!(peak_bytes(&chain3, &[run(2, 0), run(5, 0), run(30, 0)], 10, 0), 45);
     }
@@ -461,10 +477,10 @@ mod tests {
         // input 8 -> a(16) -> relu r(16) -> b(16) -> add(r, b)(16): relu overwrites a, the add overwrites r's
         // buffer (still a's), so one 16-byte buffer serves a, r and the sum.
         let sources = vec![
-            vec![Source::Input],
-            vec![Source::Layer(0)],
-            vec![Source::Layer(1)],
-            vec![Source::Layer(1), Source::Layer(2)],
+            smallvec::smallvec![Source::Input],
+            smallvec::smallvec![Source::Layer(0)],
+            smallvec::smallvec![Source::Layer(1)],
+            smallvec::smallvec![Source::Layer(1), Source::Layer(2)],
         ];
         let in_place = |output_bytes| Step {
             output_bytes,
@@ -482,7 +498,7 @@ mod tests {
         // a: 24; r: 8 + a + r = 40; b: 8 + r + b = 40; add: 8 + r + b + sum = 56.
         assert_eq!(peak_bytes(&sources, &copying, 8, 0), 56);
         // Never into the network input, which the caller owns: relu straight on the input allocates.
-        let on_input = vec![vec![Source::Input]];
+        let on_input = vec![smallvec::smallvec![Source::Input]];
         assert_eq!(peak_bytes(&on_input, &[in_place(8)], 8, 0), 16);
     }
 
@@ -490,10 +506,10 @@ mod tests {
     fn residual_branch_stays_alive_and_views_alias() {
         // input 8 -> a(16) -> flatten (view of a) -> b(4) -> add(a-view, b)(16)
         let sources = vec![
-            vec![Source::Input],
-            vec![Source::Layer(0)],
-            vec![Source::Layer(1)],
-            vec![Source::Layer(1), Source::Layer(2)],
+            smallvec::smallvec![Source::Input],
+            smallvec::smallvec![Source::Layer(0)],
+            smallvec::smallvec![Source::Layer(1)],
+            smallvec::smallvec![Source::Layer(1), Source::Layer(2)],
         ];
         let view = Step {
             output_bytes: 16,
@@ -513,7 +529,11 @@ mod tests {
     #[test]
     fn a_packing_layer_frees_the_input_it_is_the_last_reader_of_before_writing_its_output() {
         // input 8 -> a(100) -> conv c(60, packed copy 120) -> d(4).
-        let sources = vec![vec![Source::Input], vec![Source::Layer(0)], vec![Source::Layer(1)]];
+        let sources = vec![
+            smallvec::smallvec![Source::Input],
+            smallvec::smallvec![Source::Layer(0)],
+            smallvec::smallvec![Source::Layer(1)],
+        ];
         let packing = |output_bytes, workspace_bytes| Step {
             output_bytes,
             workspace_bytes,
@@ -528,10 +548,14 @@ mod tests {
         // A small workspace is no packed copy of the input (a lazy im2col): everything is held.
         assert_eq!(peak_bytes(&sources, &[run(100, 0), packing(60, 50), run(4, 0)], 8, 0), 218);
         // The input is still needed later (a residual): nothing is freed early.
-        let residual = vec![vec![Source::Input], vec![Source::Layer(0)], vec![Source::Layer(0), Source::Layer(1)]];
+        let residual = vec![
+            smallvec::smallvec![Source::Input],
+            smallvec::smallvec![Source::Layer(0)],
+            smallvec::smallvec![Source::Layer(0), Source::Layer(1)],
+        ];
         assert_eq!(peak_bytes(&residual, &[run(100, 0), packing(60, 120), run(4, 0)], 8, 0), 288);
         // Never the network input, which its caller holds.
-        let first = vec![vec![Source::Input]];
+        let first = vec![smallvec::smallvec![Source::Input]];
         assert_eq!(peak_bytes(&first, &[packing(60, 120)], 100, 0), 280);
     }
 }

@@ -936,12 +936,12 @@ mod tests {
         let net = Network {
             name: "u".into(),
             batch_size: 1,
-            input_shape: vec![3, 8, 8],
+            input_shape: smallvec::smallvec![3, 8, 8],
             layers: vec![
                 crate::network::Layer::new("c", Op::Conv2d(crate::layer::Conv2d::new(4, [3, 3]))),
                 crate::network::Layer::new(
                     "odd",
-                    Op::Unsupported { op_type: "Odd".into(), output_shape: vec![4, 6, 6] },
+                    Op::Unsupported { op_type: "Odd".into(), output_shape: smallvec::smallvec![4, 6, 6] },
                 ),
             ],
         };

@@ -11,7 +11,7 @@ use super::{layer_error, Calibration, Correction, Estimator, Totals, Uncovered};
 use crate::engine::rules::{EngineRules, Fusion, Plan, Role, FUSED, FUSED_BATCH_NORM};
 use crate::error::Result;
 use crate::layer::{Activation, LayerConfig, LayerCost, LayerError, LayerType, Op, Shape};
-use crate::network::{Analysis, Network, Source};
+use crate::network::{Analysis, Network, Source, Sources};
 use crate::units::MIB;
 use serde::{Serialize, Serializer};
 use std::fmt;
@@ -326,8 +326,11 @@ fn activation_apart(
         Op::Dense(d) => std::mem::replace(&mut d.activation, Activation::Linear),
         _ => return None,
     };
-    let activation =
-        LayerConfig { op: Op::Activation(activation), input_shapes: vec![output.clone()], batch: config.batch };
+    let activation = LayerConfig {
+        op: Op::Activation(activation),
+        input_shapes: smallvec::smallvec![output.clone()],
+        batch: config.batch,
+    };
     Some((product, activation))
 }
 
@@ -375,7 +378,7 @@ fn part_workspace(
 ) -> std::result::Result<Option<u64>, LayerError> {
     let mut largest = 0u64;
     for part in parts {
-        let part_config = LayerConfig { input_shapes: vec![part.clone()], ..config.clone() };
+        let part_config = LayerConfig { input_shapes: smallvec::smallvec![part.clone()], ..config.clone() };
         let output = part_config.output_shape()?;
         let cost = part_config.cost_of_output(&output)?;
         let Some(p) = estimator.predict(&part_config, &output, &cost)? else { return Ok(None) };
@@ -701,7 +704,9 @@ pub(super) fn memory(
                 Role::Inside { via, fusion: Fusion::ResidualAdd, .. } if s[i].get(1) == Some(&Source::Layer(via)) => {
                     s[i].swap(0, 1);
                 }
-                Role::Inside { owner, fusion: Fusion::Duplicate, .. } => s[i] = vec![Source::Layer(owner)],
+                Role::Inside { owner, fusion: Fusion::Duplicate, .. } => {
+                    s[i] = smallvec::smallvec![Source::Layer(owner)]
+                }
                 _ => {}
             }
         }
@@ -729,7 +734,7 @@ pub(super) fn memory(
 #[derive(Clone, Copy)]
 struct ArenaTensors<'a> {
     bytes: &'a [(u64, u64)],
-    reuse_shapes: Option<&'a [Vec<usize>]>,
+    reuse_shapes: Option<&'a [Shape]>,
     /// Run in the graph's own order ([`graph_order`]) rather than [`engine_order`]'s.
     graph_order: bool,
 }
@@ -738,7 +743,7 @@ struct ArenaTensors<'a> {
 /// residual add reading the add's other input first; per layer in the network's order.
 fn arena_in_use(
     plan: &Plan,
-    sources: &[Vec<Source>],
+    sources: &[Sources],
     steps: &[Step],
     input_bytes: u64,
     resident_bytes: u64,
@@ -756,7 +761,7 @@ fn arena_in_use(
         if let [own, other] = sources[add][..] {
             let s = sources.to_mut();
             s[conv].insert(0, other);
-            s[add] = vec![own];
+            s[add] = smallvec::smallvec![own];
             steps.to_mut()[conv].adds_into_first = true;
         }
     }
@@ -784,14 +789,14 @@ fn arena_in_use(
         Source::Layer(j) => Source::Layer(position[j]),
         Source::Input => Source::Input,
     };
-    let sources: Vec<Vec<Source>> = order.iter().map(|&i| sources[i].iter().map(at).collect()).collect();
+    let sources: Vec<Sources> = order.iter().map(|&i| sources[i].iter().map(at).collect()).collect();
     debug_assert!(
         sources.iter().enumerate().all(|(p, s)| s.iter().all(|s| !matches!(s, Source::Layer(l) if *l >= p))),
         "the engine's order runs a layer before one it reads"
     );
     let steps: Vec<Step> = order.iter().map(|&i| steps[i]).collect();
     let arena_bytes: Vec<(u64, u64)> = order.iter().map(|&i| tensors.bytes[i]).collect();
-    let reuse_shapes: Option<Vec<Vec<usize>>> =
+    let reuse_shapes: Option<Vec<Shape>> =
         tensors.reuse_shapes.map(|shapes| order.iter().map(|&i| shapes[i].clone()).collect());
     let ordered = memory::arena_in_use_bytes(
         &sources,
@@ -813,7 +818,7 @@ fn arena_in_use(
 /// with `NodeCompare`): depth first back from each layer no layer reads, the last first, a layer placed after
 /// everything it reads; of a layer's inputs, the one of the highest index is walked first. In attention that
 /// runs the scores and their softmax before the values' projection, as ONNX Runtime's profile shows.
-fn graph_order(sources: &[Vec<Source>]) -> Vec<usize> {
+fn graph_order(sources: &[Sources]) -> Vec<usize> {
     let n = sources.len();
     let mut read = vec![false; n];
     for s in sources.iter().flatten() {
@@ -861,7 +866,7 @@ fn graph_order(sources: &[Vec<Source>]) -> Vec<usize> {
 /// CNN's convolutions and puts reorders between them, and walked by the layers' indices, Keras NASNet-Mobile's
 /// arena came to 16 MiB of regions where ONNX Runtime's took 8 (the torchvision CNNs estimated the same in
 /// either order).
-fn engine_order(plan: &Plan, sources: &[Vec<Source>]) -> Vec<usize> {
+fn engine_order(plan: &Plan, sources: &[Sources]) -> Vec<usize> {
     let n = plan.roles().len();
     let mut deferred: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut moved = vec![false; n];
@@ -911,12 +916,12 @@ pub(super) fn totals(
     }
     let mut peak_memory_mib = peak.map_or(memory.resident_bytes, |(_, b)| b) as f64 / MIB;
     if let Some(c) = calibration.map(|c| c.correction) {
-        let timed: Vec<usize> =
-            (0..memory.steps.len()).filter(|&i| memory.steps[i].executes && latency[i].is_some()).collect();
-        let weighted = timed.iter().filter(|&&i| types[i].is_weighted()).count();
-        peak_memory_mib = c.peak_memory_mib(peak_memory_mib, timed.len(), weighted);
+        let timed = || (0..memory.steps.len()).filter(|&i| memory.steps[i].executes && latency[i].is_some());
+        let weighted = timed().filter(|&i| types[i].is_weighted()).count();
+        peak_memory_mib = c.peak_memory_mib(peak_memory_mib, timed().count(), weighted);
     }
-    let mut executed: Vec<f64> =
+    // Summed largest first, as always (the same bits); inline for the small networks a NAS loop asks about.
+    let mut executed: smallvec::SmallVec<[f64; 32]> =
         memory.layer_mib.iter().zip(&memory.steps).filter(|(_, s)| s.executes).map(|(&m, _)| m).collect();
     executed.sort_by(|a, b| b.total_cmp(a));
     Totals {
@@ -974,11 +979,12 @@ mod tests {
     fn the_graph_order_runs_the_scores_and_softmax_before_the_values() {
         let l = Source::Layer;
         // q, k, v (of the input), scores(q, k), softmax, context(softmax, v), output projection.
-        let input = || vec![Source::Input];
-        let sources = [input(), input(), input(), vec![l(0), l(1)], vec![l(3)], vec![l(4), l(2)], vec![l(5)]];
+        let input = || Sources::from_slice(&[Source::Input]);
+        let sources =
+            [input(), input(), input(), [l(0), l(1)].into(), [l(3)][..].into(), [l(4), l(2)].into(), [l(5)][..].into()];
         assert_eq!(graph_order(&sources), vec![1, 0, 3, 4, 2, 5, 6]);
         // Two layers nobody reads: the last one's branch first.
-        assert_eq!(graph_order(&[vec![Source::Input], vec![Source::Input]]), vec![1, 0]);
+        assert_eq!(graph_order(&[input(), input()]), vec![1, 0]);
     }
 
     /// A convolution computing an add runs after the add's other branch, with its batch norm and the dropout

@@ -204,7 +204,8 @@ pub fn probes() -> Vec<Probe> {
         let product = Op::MatMul { units: None, use_bias: false };
         let scores = vec![heads, tokens, tokens];
         add("matmul:product", chain("matmul-product", scores.clone(), &sigmoid, &[product], Place::Merge), 1);
-        let scale = Op::Elementwise { function: crate::layer::ElementwiseFn::Mul, constant_shape: vec![] };
+        let scale =
+            Op::Elementwise { function: crate::layer::ElementwiseFn::Mul, constant_shape: smallvec::smallvec![] };
         add("elementwise", chain("elementwise", scores.clone(), &sigmoid, &[scale], Place::InChain), 1);
         add("softmax", chain("softmax", scores, &sigmoid, &[Op::Softmax { axis: -1 }], Place::InChain), 1);
         let norm = Op::LayerNorm { axis: -1, epsilon: 1e-6 };
@@ -274,7 +275,7 @@ mod tests {
 
     #[test]
     fn a_convolution_s_kind_is_its_lowering_and_grouping() {
-        let image = vec![96, 28, 28];
+        let image: Shape = smallvec::smallvec![96, 28, 28];
         let kind = |op: Op| kind_of(&config(op, image.clone()));
         assert_eq!(kind(conv(96, [1, 1], 1)), "conv2d:pointwise");
         assert_eq!(kind(conv(96, [1, 1], 3)), "conv2d:pointwise-grouped");
@@ -283,7 +284,8 @@ mod tests {
         // Which of these tract picks depends on the CPU's kernels (direct spatial needs its routine, and a
         // group that fits one kernel panel goes lazy); the kind follows the lowering and says the grouping.
         assert!(["conv2d:im2col-grouped", "conv2d:lazy-grouped"].contains(&kind(conv(96, [1, 3], 3))));
-        assert!(["conv2d:direct", "conv2d:lazy"].contains(&kind_of(&config(conv(16, [3, 3], 1), vec![16, 128, 128]))));
+        assert!(["conv2d:direct", "conv2d:lazy"]
+            .contains(&kind_of(&config(conv(16, [3, 3], 1), smallvec::smallvec![16, 128, 128]))));
         assert_eq!(kind(depthwise()), "depthwise_conv2d");
         assert_eq!(kind(Op::BatchNorm), "batch_norm");
         assert_eq!(kind(Op::GlobalAvgPool2d), "global_avg_pool2d");

@@ -149,14 +149,14 @@ mod tests {
 
     #[test]
     fn params_and_flops_of_conv_and_dense() {
-        let cfg = LayerConfig::new(conv(64, 3, 1, Padding::Same), vec![vec![32, 10, 10]], 2);
+        let cfg = LayerConfig::new(conv(64, 3, 1, Padding::Same), vec![smallvec::smallvec![32, 10, 10]], 2);
         let cost = cfg.cost().unwrap();
         assert_eq!(cost.weight_elems, 3 * 3 * 32 * 64 + 64);
         assert_eq!(cost.output_elems, 2 * 64 * 10 * 10);
         assert_eq!(cost.flops, 2 * (2 * 64 * 100) * 9 * 32 + 2 * 64 * 100);
         let dense = LayerConfig::new(
             Op::Dense(Dense { units: 10, use_bias: true, activation: Activation::Linear }),
-            vec![vec![100]],
+            vec![smallvec::smallvec![100]],
             1,
         );
         assert_eq!(dense.cost().unwrap().weight_elems, 1010);

@@ -6,6 +6,10 @@
 use super::shape::{image, resolve_axis, spatial_output};
 use super::{Activation, LResult, LayerConfig, LayerCost, LayerType, Op, Padding, Shape};
 
+/// A layer's feature values, inline: every query of a network builds one per layer, and the widest layer type
+/// has fewer than 48 columns.
+pub type Features = smallvec::SmallVec<[f64; 48]>;
+
 /// One feature: its name and how its value is read from a layer.
 #[derive(Clone, Copy)]
 enum Column {
@@ -159,7 +163,7 @@ const SOFTMAX: &[&[Column]] = &[BATCH, ROWS, COST];
 const TRANSPOSE: &[&[Column]] = &[
     BATCH,
     &[
-        Number("rank", |l| l.inputs.first().map_or(0, Vec::len) as f64),
+        Number("rank", |l| l.inputs.first().map_or(0, |s| s.len()) as f64),
         Number("in_dim0", |l| l.input(0)),
         Number("in_dim1", |l| l.input(1)),
         Number("in_dim2", |l| l.input(2)),
@@ -353,14 +357,14 @@ impl LayerConfig {
     pub fn features(&self) -> LResult<Vec<f64>> {
         let output = self.output_shape()?;
         let cost = self.cost_of_output(&output)?;
-        self.features_of(&output, cost)
+        self.features_of(&output, cost).map(Features::into_vec)
     }
 
     /// [`LayerConfig::features`] given the layer's output shape and cost as [`LayerConfig::output_shape`] and
     /// [`LayerConfig::cost`] computed them (a network's analysis has both).
-    pub(crate) fn features_of(&self, output: &[usize], cost: LayerCost) -> LResult<Vec<f64>> {
+    pub(crate) fn features_of(&self, output: &[usize], cost: LayerCost) -> LResult<Features> {
         let layer = Layer::new(self, output, cost)?;
-        let mut values = Vec::with_capacity(48);
+        let mut values = Features::new();
         for part in columns(self.layer_type()) {
             values.extend(part.iter().map(|c| c.value(&layer)));
         }
@@ -388,24 +392,36 @@ mod tests {
     #[test]
     fn features_match_names_for_every_type() {
         let configs = vec![
-            LayerConfig::new(conv(8, 3, 1, Padding::Same), vec![vec![4, 9, 9]], 1),
-            LayerConfig::new(Op::DepthwiseConv2d(DepthwiseConv2d::new([3, 3])), vec![vec![4, 9, 9]], 1),
+            LayerConfig::new(conv(8, 3, 1, Padding::Same), vec![smallvec::smallvec![4, 9, 9]], 1),
+            LayerConfig::new(Op::DepthwiseConv2d(DepthwiseConv2d::new([3, 3])), vec![smallvec::smallvec![4, 9, 9]], 1),
             LayerConfig::new(
                 Op::Dense(Dense { units: 3, use_bias: false, activation: Activation::Relu }),
-                vec![vec![7]],
+                vec![smallvec::smallvec![7]],
                 4,
             ),
-            LayerConfig::new(Op::MaxPool2d(Pool2d::new([2, 2])), vec![vec![4, 9, 9]], 1),
-            LayerConfig::new(Op::Add, vec![vec![4, 9, 9], vec![4, 9, 9]], 1),
-            LayerConfig::new(Op::Activation(Activation::Softmax), vec![vec![10]], 1),
-            LayerConfig::new(Op::MatMul { units: Some(8), use_bias: true }, vec![vec![5, 4]], 2),
-            LayerConfig::new(Op::MatMul { units: None, use_bias: false }, vec![vec![3, 5, 4], vec![3, 4, 5]], 1),
-            LayerConfig::new(Op::LayerNorm { axis: -1, epsilon: 1e-5 }, vec![vec![5, 4]], 1),
-            LayerConfig::new(Op::Softmax { axis: -1 }, vec![vec![3, 5, 5]], 1),
-            LayerConfig::new(Op::Transpose { perm: vec![1, 0, 2] }, vec![vec![5, 3, 4]], 1),
+            LayerConfig::new(Op::MaxPool2d(Pool2d::new([2, 2])), vec![smallvec::smallvec![4, 9, 9]], 1),
+            LayerConfig::new(Op::Add, vec![smallvec::smallvec![4, 9, 9], smallvec::smallvec![4, 9, 9]], 1),
+            LayerConfig::new(Op::Activation(Activation::Softmax), vec![smallvec::smallvec![10]], 1),
+            LayerConfig::new(Op::MatMul { units: Some(8), use_bias: true }, vec![smallvec::smallvec![5, 4]], 2),
+            LayerConfig::new(
+                Op::MatMul { units: None, use_bias: false },
+                vec![smallvec::smallvec![3, 5, 4], smallvec::smallvec![3, 4, 5]],
+                1,
+            ),
+            LayerConfig::new(Op::LayerNorm { axis: -1, epsilon: 1e-5 }, vec![smallvec::smallvec![5, 4]], 1),
+            LayerConfig::new(Op::Softmax { axis: -1 }, vec![smallvec::smallvec![3, 5, 5]], 1),
+            LayerConfig::new(Op::Transpose { perm: vec![1, 0, 2] }, vec![smallvec::smallvec![5, 3, 4]], 1),
         ];
         for c in configs {
             assert_eq!(c.features().unwrap().len(), c.layer_type().feature_names().len(), "{:?}", c.op);
+        }
+    }
+
+    /// A query's feature row stays inline ([`Features`]) for every layer type.
+    #[test]
+    fn every_feature_row_fits_inline() {
+        for t in LayerType::ALL {
+            assert!(t.feature_names().len() <= super::Features::new().inline_size(), "{t}: {:?}", t.feature_names());
         }
     }
 
@@ -447,7 +463,7 @@ mod tests {
         c.groups = 3;
         c.padding = Padding::Same;
         c.activation = Activation::Relu6;
-        let config = LayerConfig::new(Op::Conv2d(c), vec![vec![3, 9, 8]], 2);
+        let config = LayerConfig::new(Op::Conv2d(c), vec![smallvec::smallvec![3, 9, 8]], 2);
         let names = LayerType::Conv2d.feature_names();
         let features = config.features().unwrap();
         let value = |name: &str| features[names.iter().position(|n| n == name).unwrap()];
@@ -472,8 +488,11 @@ mod tests {
         };
         let get = |v: &[(String, f64)], name: &str| v.iter().find(|(n, _)| n == name).unwrap().1;
         // Attention weights times values: 3 heads of [197, 197] by [197, 64].
-        let product =
-            LayerConfig::new(Op::MatMul { units: None, use_bias: false }, vec![vec![3, 197, 197], vec![3, 197, 64]], 1);
+        let product = LayerConfig::new(
+            Op::MatMul { units: None, use_bias: false },
+            vec![smallvec::smallvec![3, 197, 197], smallvec::smallvec![3, 197, 64]],
+            1,
+        );
         let v = values(&product);
         let read: Vec<f64> = ["leading", "rows", "depth", "cols", "constant_weight", "use_bias", "weight_elems"]
             .iter()
@@ -481,7 +500,8 @@ mod tests {
             .collect();
         assert_eq!(read, [3.0, 197.0, 197.0, 64.0, 0.0, 0.0, 0.0]);
         assert_eq!(get(&v, "flops"), 2.0 * 3.0 * 197.0 * 197.0 * 64.0);
-        let linear = LayerConfig::new(Op::MatMul { units: Some(768), use_bias: true }, vec![vec![197, 192]], 1);
+        let linear =
+            LayerConfig::new(Op::MatMul { units: Some(768), use_bias: true }, vec![smallvec::smallvec![197, 192]], 1);
         let v = values(&linear);
         assert_eq!(
             (get(&v, "leading"), get(&v, "rows"), get(&v, "depth"), get(&v, "cols")),
@@ -489,16 +509,19 @@ mod tests {
         );
         assert_eq!((get(&v, "constant_weight"), get(&v, "weight_elems")), (1.0, 192.0 * 768.0 + 768.0));
         // Softmax over the middle axis of [3, 5, 7]: 3 rows of 5 elements, 7 apart.
-        let v = values(&LayerConfig::new(Op::Softmax { axis: 1 }, vec![vec![3, 5, 7]], 1));
+        let v = values(&LayerConfig::new(Op::Softmax { axis: 1 }, vec![smallvec::smallvec![3, 5, 7]], 1));
         assert_eq!((get(&v, "rows"), get(&v, "row_size"), get(&v, "row_stride")), (3.0, 5.0, 7.0));
         // Layer norm from axis 1 of [3, 5, 7]: 3 rows of 35 contiguous elements, a scale and a bias of 35.
-        let v = values(&LayerConfig::new(Op::LayerNorm { axis: 1, epsilon: 1e-5 }, vec![vec![3, 5, 7]], 1));
+        let v =
+            values(&LayerConfig::new(Op::LayerNorm { axis: 1, epsilon: 1e-5 }, vec![smallvec::smallvec![3, 5, 7]], 1));
         assert_eq!((get(&v, "rows"), get(&v, "row_size"), get(&v, "row_stride")), (3.0, 35.0, 1.0));
         assert_eq!(get(&v, "weight_elems"), 70.0);
         // Heads to the front of [197, 3, 64]: rows of 64 stay contiguous; moving the last axis leaves runs of 1.
-        let v = values(&LayerConfig::new(Op::Transpose { perm: vec![1, 0, 2] }, vec![vec![197, 3, 64]], 1));
+        let v =
+            values(&LayerConfig::new(Op::Transpose { perm: vec![1, 0, 2] }, vec![smallvec::smallvec![197, 3, 64]], 1));
         assert_eq!((get(&v, "rank"), get(&v, "contiguous")), (3.0, 64.0));
-        let v = values(&LayerConfig::new(Op::Transpose { perm: vec![1, 2, 0] }, vec![vec![197, 3, 64]], 1));
+        let v =
+            values(&LayerConfig::new(Op::Transpose { perm: vec![1, 2, 0] }, vec![smallvec::smallvec![197, 3, 64]], 1));
         assert_eq!(get(&v, "contiguous"), 1.0);
     }
 }

@@ -79,7 +79,10 @@ impl Op {
                     let known: Vec<&str> = ElementwiseFn::ALL.iter().map(|f| f.as_str()).collect();
                     LayerError::at("function", format!("unknown function '{name}' (known: {})", known.join(", ")))
                 })?;
-                Ok(Op::Elementwise { function, constant_shape: s.constant_shape.or("constant_shape", Vec::new())? })
+                Ok(Op::Elementwise {
+                    function,
+                    constant_shape: s.constant_shape.or("constant_shape", Vec::new())?.into(),
+                })
             }),
         }
     }
@@ -110,10 +113,10 @@ impl Op {
             }
             Op::Elementwise { function, constant_shape } => write(ElementwiseSpec {
                 function: given(function.as_str().to_string()),
-                constant_shape: given(constant_shape.clone()),
+                constant_shape: given(constant_shape.to_vec()),
             }),
             Op::Unsupported { op_type, output_shape } => {
-                write(UnsupportedSpec { op_type: given(op_type.clone()), output_shape: given(output_shape.clone()) })
+                write(UnsupportedSpec { op_type: given(op_type.clone()), output_shape: given(output_shape.to_vec()) })
             }
             Op::GlobalAvgPool2d | Op::GlobalMaxPool2d | Op::Flatten | Op::Add | Op::Multiply | Op::BatchNorm => {
                 write(NoFields {})
@@ -146,7 +149,7 @@ impl LayerConfig {
             .ok_or_else(|| LayerError::at("batch_size", format!("expected a positive integer, got {batch}")))?
             as usize;
         let op = Op::from_json(&op_obj)?;
-        let config = LayerConfig { op, input_shapes, batch };
+        let config = LayerConfig::new(op, input_shapes, batch);
         config.cost()?;
         Ok(config)
     }
@@ -772,7 +775,7 @@ mod tests {
         let bad: Map<String, Value> =
             serde_json::from_str(r#"{"type":"conv2d","filters":8,"kernel":[3,3],"kernal":1}"#).unwrap();
         assert_eq!(Op::from_json(&bad).unwrap_err().field.as_deref(), Some("kernal"));
-        let err = conv(8, 7, 1, Padding::Valid).output_shape(&[vec![3, 5, 5]]).unwrap_err();
+        let err = conv(8, 7, 1, Padding::Valid).output_shape(&[smallvec::smallvec![3, 5, 5]]).unwrap_err();
         assert_eq!(err.field.as_deref(), Some("kernel"));
         assert!(err.message.contains("larger than the padded input"), "{err}");
     }
@@ -805,14 +808,14 @@ mod tests {
             Op::ZeroPadding2d { padding: [0, 1, 2, 3] },
             Op::Cropping2d { cropping: [1, 1, 0, 0] },
             Op::Dropout { rate: 0.25 },
-            Op::Unsupported { op_type: "Einsum".into(), output_shape: vec![2, 3] },
+            Op::Unsupported { op_type: "Einsum".into(), output_shape: smallvec::smallvec![2, 3] },
             Op::ChannelShuffle { groups: 2 },
             Op::ChannelSlice { start: 4, end: 8 },
             Op::MatMul { units: Some(64), use_bias: true },
             Op::LayerNorm { axis: -1, epsilon: 1e-6 },
             Op::Softmax { axis: 1 },
             Op::Transpose { perm: vec![1, 0, 2] },
-            Op::Elementwise { function: ElementwiseFn::Div, constant_shape: vec![197, 1] },
+            Op::Elementwise { function: ElementwiseFn::Div, constant_shape: smallvec::smallvec![197, 1] },
             Op::Embedding { vocab: 30522, features: 768 },
         ];
         assert_eq!(ops.len(), LayerType::ALL.len());

@@ -21,8 +21,8 @@ pub use shape::{resolve_axis, tensor_elements};
 
 use std::fmt;
 
-/// A tensor shape without the batch dimension (`[C, H, W]` or `[features]`).
-pub type Shape = Vec<usize>;
+/// A tensor shape without the batch dimension (`[C, H, W]` or `[features]`), its dimensions inline up to four.
+pub type Shape = smallvec::SmallVec<[usize; 4]>;
 
 /// The largest value accepted for one hyperparameter (filters, units, kernel, strides, dilation, padding...).
 /// Far beyond any real network; the bound keeps derived sizes (dilated kernels, padded inputs) from overflowing.
@@ -519,9 +519,12 @@ impl Op {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LayerConfig {
     pub op: Op,
-    pub input_shapes: Vec<Shape>,
+    pub input_shapes: InputShapes,
     pub batch: usize,
 }
+
+/// The shapes a layer reads, inline up to two (most layers read one, an add two).
+pub type InputShapes = smallvec::SmallVec<[Shape; 2]>;
 
 /// Sizes derived from a config, shared by features, baselines and memory accounting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -537,8 +540,8 @@ pub struct LayerCost {
 }
 
 impl LayerConfig {
-    pub fn new(op: Op, input_shapes: Vec<Shape>, batch: usize) -> Self {
-        LayerConfig { op, input_shapes, batch }
+    pub fn new(op: Op, input_shapes: impl Into<InputShapes>, batch: usize) -> Self {
+        LayerConfig { op, input_shapes: input_shapes.into(), batch }
     }
 
     pub fn layer_type(&self) -> LayerType {

@@ -102,7 +102,7 @@ fn broadcast(inputs: &[Shape]) -> LResult<Shape> {
         return Err(LayerError::at("inputs", format!("needs at least 2 inputs, got {}", inputs.len())));
     }
     let rank = inputs.iter().map(|s| s.len()).max().unwrap_or(0);
-    let mut out = vec![1usize; rank];
+    let mut out: Shape = smallvec::smallvec![1usize; rank];
     for s in inputs {
         let offset = rank - s.len();
         for (i, &d) in s.iter().enumerate() {
@@ -306,7 +306,7 @@ impl Op {
                     ));
                 }
                 let (_, [oh, ow]) = spatial_output(chw, c.kernel, c.strides, c.dilation, &c.padding, "kernel")?;
-                vec![c.filters, oh, ow]
+                smallvec::smallvec![c.filters, oh, ow]
             }
             Op::DepthwiseConv2d(c) => {
                 let chw = image(inputs, "depthwise_conv2d")?;
@@ -314,7 +314,7 @@ impl Op {
                 let channels = chw[0]
                     .checked_mul(c.depth_multiplier)
                     .ok_or_else(|| too_large("depth_multiplier", "output channels"))?;
-                vec![channels, oh, ow]
+                smallvec::smallvec![channels, oh, ow]
             }
             Op::Dense(d) => {
                 let s = &inputs[0];
@@ -326,23 +326,23 @@ impl Op {
                         ),
                     ));
                 }
-                vec![d.units]
+                smallvec::smallvec![d.units]
             }
             Op::MaxPool2d(p) | Op::AvgPool2d(p) => {
                 let chw = image(inputs, self.layer_type().as_str())?;
                 let (_, [oh, ow]) = spatial_output(chw, p.pool_size, p.strides, [1, 1], &p.padding, "pool_size")?;
-                vec![chw[0], oh, ow]
+                smallvec::smallvec![chw[0], oh, ow]
             }
             Op::GlobalAvgPool2d | Op::GlobalMaxPool2d => {
                 let chw = image(inputs, self.layer_type().as_str())?;
-                vec![chw[0]]
+                smallvec::smallvec![chw[0]]
             }
-            Op::Flatten => vec![inputs[0].iter().product()],
+            Op::Flatten => smallvec::smallvec![inputs[0].iter().product()],
             Op::Reshape { target_shape } => {
                 let total: u64 = inputs[0].iter().map(|&d| d as u64).product();
                 let known = checked_product(target_shape.iter().filter(|&&d| d > 0).map(|&d| d as u64))
                     .ok_or_else(|| LayerError::at("target_shape", format!("{target_shape:?} is too large")))?;
-                let mut out: Shape = Vec::with_capacity(target_shape.len());
+                let mut out = Shape::with_capacity(target_shape.len());
                 for &d in target_shape {
                     if d == -1 {
                         if known == 0 || !total.is_multiple_of(known) {
@@ -400,7 +400,7 @@ impl Op {
             }
             Op::ZeroPadding2d { padding } => {
                 let [c, h, w] = image(inputs, "zero_padding2d")?;
-                vec![c, h + padding[0] + padding[1], w + padding[2] + padding[3]]
+                smallvec::smallvec![c, h + padding[0] + padding[1], w + padding[2] + padding[3]]
             }
             Op::Cropping2d { cropping } => {
                 let [c, h, w] = image(inputs, "cropping2d")?;
@@ -411,7 +411,7 @@ impl Op {
                         format!("cropping {cropping:?} removes the whole {h}x{w} input"),
                     ));
                 }
-                vec![c, h - ch, w - cw]
+                smallvec::smallvec![c, h - ch, w - cw]
             }
             Op::Unsupported { output_shape, .. } => output_shape.clone(),
             Op::ChannelShuffle { groups } => {
@@ -451,7 +451,7 @@ impl Op {
                         format!("inner sizes differ: {a:?} times {b:?} ({k} against {k2})"),
                     ));
                 }
-                let mut out = broadcast(&[a[..a.len() - 2].to_vec(), b[..b.len() - 2].to_vec()])
+                let mut out = broadcast(&[Shape::from_slice(&a[..a.len() - 2]), Shape::from_slice(&b[..b.len() - 2])])
                     .map_err(|e| LayerError::at("inputs", format!("leading axes of {a:?} and {b:?}: {}", e.message)))?;
                 out.extend([m, n]);
                 out
@@ -537,43 +537,54 @@ mod tests {
     fn same_padding_matches_tensorflow() {
         // 224 input, 7x7 stride 2: TF pads 2 top / 3 bottom and gives 112.
         assert_eq!(Padding::Same.resolve([224, 224], [7, 7], [2, 2], [1, 1]), [2, 3, 2, 3]);
-        let out = conv(64, 7, 2, Padding::Same).output_shape(&[vec![3, 224, 224]]).unwrap();
-        assert_eq!(out, vec![64, 112, 112]);
-        let out = conv(64, 3, 1, Padding::Valid).output_shape(&[vec![3, 35, 35]]).unwrap();
-        assert_eq!(out, vec![64, 33, 33]);
+        let out = conv(64, 7, 2, Padding::Same).output_shape(&[smallvec::smallvec![3, 224, 224]]).unwrap();
+        assert_eq!(out[..], [64, 112, 112]);
+        let out = conv(64, 3, 1, Padding::Valid).output_shape(&[smallvec::smallvec![3, 35, 35]]).unwrap();
+        assert_eq!(out[..], [64, 33, 33]);
     }
 
     #[test]
     fn broadcasting_multiply_for_squeeze_excite() {
-        assert_eq!(Op::Multiply.output_shape(&[vec![32, 7, 7], vec![32, 1, 1]]).unwrap(), vec![32, 7, 7]);
-        assert!(Op::Add.output_shape(&[vec![32, 7, 7], vec![16, 7, 7]]).is_err());
+        assert_eq!(
+            Op::Multiply.output_shape(&[smallvec::smallvec![32, 7, 7], smallvec::smallvec![32, 1, 1]]).unwrap()[..],
+            [32, 7, 7]
+        );
+        assert!(Op::Add.output_shape(&[smallvec::smallvec![32, 7, 7], smallvec::smallvec![16, 7, 7]]).is_err());
     }
 
     #[test]
     fn transformer_layers_have_the_shapes_pytorch_gives_them() {
         let linear = Op::MatMul { units: Some(768), use_bias: true };
-        assert_eq!(linear.output_shape(&[vec![197, 192]]).unwrap(), vec![197, 768]);
-        assert_eq!(linear.output_shape(&[vec![192]]).unwrap(), vec![768]);
+        assert_eq!(linear.output_shape(&[smallvec::smallvec![197, 192]]).unwrap()[..], [197, 768]);
+        assert_eq!(linear.output_shape(&[smallvec::smallvec![192]]).unwrap()[..], [768]);
         let product = Op::MatMul { units: None, use_bias: false };
         // Queries [heads, tokens, head size] times keys transposed; leading axes broadcast.
-        assert_eq!(product.output_shape(&[vec![3, 197, 64], vec![3, 64, 197]]).unwrap(), vec![3, 197, 197]);
-        assert_eq!(product.output_shape(&[vec![2, 3, 5, 4], vec![3, 4, 6]]).unwrap(), vec![2, 3, 5, 6]);
-        assert_eq!(product.output_shape(&[vec![5, 4], vec![4, 6]]).unwrap(), vec![5, 6]);
+        assert_eq!(
+            product.output_shape(&[smallvec::smallvec![3, 197, 64], smallvec::smallvec![3, 64, 197]]).unwrap()[..],
+            [3, 197, 197]
+        );
+        assert_eq!(
+            product.output_shape(&[smallvec::smallvec![2, 3, 5, 4], smallvec::smallvec![3, 4, 6]]).unwrap()[..],
+            [2, 3, 5, 6]
+        );
+        assert_eq!(product.output_shape(&[smallvec::smallvec![5, 4], smallvec::smallvec![4, 6]]).unwrap()[..], [5, 6]);
         let norm = Op::LayerNorm { axis: -1, epsilon: 1e-5 };
-        assert_eq!(norm.output_shape(&[vec![197, 192]]).unwrap(), vec![197, 192]);
-        assert_eq!(Op::Softmax { axis: 1 }.output_shape(&[vec![3, 7, 7]]).unwrap(), vec![3, 7, 7]);
+        assert_eq!(norm.output_shape(&[smallvec::smallvec![197, 192]]).unwrap()[..], [197, 192]);
+        assert_eq!(Op::Softmax { axis: 1 }.output_shape(&[smallvec::smallvec![3, 7, 7]]).unwrap()[..], [3, 7, 7]);
         let transpose = Op::Transpose { perm: vec![1, 2, 0] };
-        assert_eq!(transpose.output_shape(&[vec![197, 3, 64]]).unwrap(), vec![3, 64, 197]);
+        assert_eq!(transpose.output_shape(&[smallvec::smallvec![197, 3, 64]]).unwrap()[..], [3, 64, 197]);
         // A constant broadcast from the right: a scale, a position embedding, a mask over the keys.
-        let constant =
-            |shape: Vec<usize>| Op::Elementwise { function: super::super::ElementwiseFn::Add, constant_shape: shape };
+        let constant = |shape: Vec<usize>| Op::Elementwise {
+            function: super::super::ElementwiseFn::Add,
+            constant_shape: shape.into(),
+        };
         for shape in [vec![], vec![197, 192], vec![192], vec![1, 192]] {
-            assert_eq!(constant(shape).output_shape(&[vec![197, 192]]).unwrap(), vec![197, 192]);
+            assert_eq!(constant(shape).output_shape(&[smallvec::smallvec![197, 192]]).unwrap()[..], [197, 192]);
         }
-        assert_eq!(constant(vec![197]).output_shape(&[vec![12, 128, 197]]).unwrap(), vec![12, 128, 197]);
+        assert_eq!(constant(vec![197]).output_shape(&[smallvec::smallvec![12, 128, 197]]).unwrap()[..], [12, 128, 197]);
         // One that does not broadcast, or would enlarge the input, names its field.
         for shape in [vec![196, 192], vec![2, 197, 192]] {
-            let err = constant(shape).output_shape(&[vec![197, 192]]).unwrap_err();
+            let err = constant(shape).output_shape(&[smallvec::smallvec![197, 192]]).unwrap_err();
             assert_eq!(err.field, Some("constant_shape".into()), "{err:?}");
         }
     }
@@ -582,21 +593,33 @@ mod tests {
     fn impossible_transformer_layers_name_their_field() {
         let product = Op::MatMul { units: None, use_bias: false };
         let field = |op: &Op, inputs: &[Shape]| op.output_shape(inputs).unwrap_err().field;
-        assert_eq!(field(&product, &[vec![3, 5, 4], vec![3, 5, 6]]), Some("inputs".into()), "inner sizes differ");
-        assert_eq!(field(&product, &[vec![2, 5, 4], vec![3, 4, 6]]), Some("inputs".into()), "leading axes");
-        assert_eq!(field(&product, &[vec![5, 4]]), Some("inputs".into()), "one input");
-        assert_eq!(field(&product, &[vec![4], vec![4, 6]]), Some("inputs".into()), "a vector");
+        assert_eq!(
+            field(&product, &[smallvec::smallvec![3, 5, 4], smallvec::smallvec![3, 5, 6]]),
+            Some("inputs".into()),
+            "inner sizes differ"
+        );
+        assert_eq!(
+            field(&product, &[smallvec::smallvec![2, 5, 4], smallvec::smallvec![3, 4, 6]]),
+            Some("inputs".into()),
+            "leading axes"
+        );
+        assert_eq!(field(&product, &[smallvec::smallvec![5, 4]]), Some("inputs".into()), "one input");
+        assert_eq!(
+            field(&product, &[smallvec::smallvec![4], smallvec::smallvec![4, 6]]),
+            Some("inputs".into()),
+            "a vector"
+        );
         let biased = Op::MatMul { units: None, use_bias: true };
-        assert_eq!(field(&biased, &[vec![5, 4], vec![4, 6]]), Some("use_bias".into()));
+        assert_eq!(field(&biased, &[smallvec::smallvec![5, 4], smallvec::smallvec![4, 6]]), Some("use_bias".into()));
         let no_units = Op::MatMul { units: Some(0), use_bias: false };
-        assert_eq!(field(&no_units, &[vec![5, 4]]), Some("units".into()));
+        assert_eq!(field(&no_units, &[smallvec::smallvec![5, 4]]), Some("units".into()));
         let norm = Op::LayerNorm { axis: 2, epsilon: 1e-5 };
-        assert_eq!(field(&norm, &[vec![5, 4]]), Some("axis".into()));
+        assert_eq!(field(&norm, &[smallvec::smallvec![5, 4]]), Some("axis".into()));
         let norm = Op::LayerNorm { axis: -1, epsilon: 0.0 };
-        assert_eq!(field(&norm, &[vec![5, 4]]), Some("epsilon".into()));
-        assert_eq!(field(&Op::Softmax { axis: -3 }, &[vec![5, 4]]), Some("axis".into()));
-        assert_eq!(field(&Op::Transpose { perm: vec![0, 0] }, &[vec![5, 4]]), Some("perm".into()));
-        assert_eq!(field(&Op::Transpose { perm: vec![1, 0] }, &[vec![5, 4, 3]]), Some("perm".into()));
-        assert_eq!(field(&Op::Transpose { perm: vec![2, 0] }, &[vec![5, 4]]), Some("perm".into()));
+        assert_eq!(field(&norm, &[smallvec::smallvec![5, 4]]), Some("epsilon".into()));
+        assert_eq!(field(&Op::Softmax { axis: -3 }, &[smallvec::smallvec![5, 4]]), Some("axis".into()));
+        assert_eq!(field(&Op::Transpose { perm: vec![0, 0] }, &[smallvec::smallvec![5, 4]]), Some("perm".into()));
+        assert_eq!(field(&Op::Transpose { perm: vec![1, 0] }, &[smallvec::smallvec![5, 4, 3]]), Some("perm".into()));
+        assert_eq!(field(&Op::Transpose { perm: vec![2, 0] }, &[smallvec::smallvec![5, 4]]), Some("perm".into()));
     }
 }

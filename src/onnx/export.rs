@@ -569,7 +569,7 @@ impl GraphBuilder {
     /// perfmodel broadcasts batch-less shapes from the right; with the batch in front, a lower-rank input must
     /// first get leading unit dimensions (`[N, 1, .., dims]`) or ONNX would align it against the batch.
     fn align_ranks(&mut self, name: &str, inputs: &[String], shapes: &[Shape]) -> Vec<String> {
-        let rank = shapes.iter().map(Vec::len).max().unwrap_or(0);
+        let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
         let mut out = Vec::with_capacity(inputs.len());
         for (k, (input, shape)) in inputs.iter().zip(shapes).enumerate() {
             if shape.len() == rank {

@@ -208,7 +208,7 @@ impl<'a> Importer<'a> {
             outlets,
             input_name: input.name.clone(),
             batch: full_shape[0],
-            input_shape: full_shape[1..].to_vec(),
+            input_shape: Shape::from_slice(&full_shape[1..]),
             consumers,
             producer,
             analysis_error,
@@ -535,7 +535,10 @@ impl<'a> Importer<'a> {
                                 node.op_type
                             )));
                         };
-                        let op = Op::Unsupported { op_type: node.op_type.clone(), output_shape: output_shape.to_vec() };
+                        let op = Op::Unsupported {
+                            op_type: node.op_type.clone(),
+                            output_shape: Shape::from_slice(output_shape),
+                        };
                         let name = if k == 0 { base_name.clone() } else { format!("{base_name}/out{k}") };
                         built.add(name, op, sources.clone(), out);
                     }
@@ -1118,7 +1121,7 @@ impl<'a> Importer<'a> {
         while shape.first() == Some(&1) {
             shape.remove(0);
         }
-        Ok(Mapping::Layer(Op::Elementwise { function, constant_shape: shape }))
+        Ok(Mapping::Layer(Op::Elementwise { function, constant_shape: shape.into() }))
     }
 
     /// A tensor concatenated with constants along an axis after the batch (a ViT's class token before its patch
@@ -1959,7 +1962,10 @@ mod tests {
         let err = import_proto(&model, "m.onnx", "m", false).unwrap_err().to_string();
         assert!(err.contains("m.onnx") && err.contains("'norm' (LRN)") && err.contains("--allow-unsupported"), "{err}");
         let kept = import_proto(&model, "m.onnx", "m", true).unwrap();
-        assert_eq!(kept.layers[1].op, Op::Unsupported { op_type: "LRN".into(), output_shape: vec![4, 8, 8] });
+        assert_eq!(
+            kept.layers[1].op,
+            Op::Unsupported { op_type: "LRN".into(), output_shape: smallvec::smallvec![4, 8, 8] }
+        );
         assert_eq!(kept.layers.len(), 3);
     }
 }

@@ -729,7 +729,11 @@ mod tests {
             for filters in [64, 128, 192, 240, 256, 320, 384, 512] {
                 let mut conv = Conv2d::new(filters, [3, 3]);
                 conv.padding = Padding::Same;
-                x.push(LayerConfig::new(Op::Conv2d(conv), vec![vec![in_channels, 13, 13]], 1).features().unwrap());
+                x.push(
+                    LayerConfig::new(Op::Conv2d(conv), vec![smallvec::smallvec![in_channels, 13, 13]], 1)
+                        .features()
+                        .unwrap(),
+                );
             }
         }
         let y: Vec<f64> = x.iter().map(|row| 1.0 + engine.values(row)[1]).collect();

@@ -1334,7 +1334,7 @@ mod tests {
                 use_bias: true,
                 activation: crate::layer::Activation::Linear,
             }),
-            vec![vec![1280]],
+            vec![smallvec::smallvec![1280]],
             1,
         );
         let x = config.features().unwrap();

@@ -121,7 +121,7 @@ fn parse_file(path: &Path) -> Result<Sample> {
                 use_bias: false,
                 activation: Activation::Linear,
             });
-            LayerConfig::new(op, vec![vec![c, h, w]], batch)
+            LayerConfig::new(op, vec![smallvec::smallvec![c, h, w]], batch)
         }
         "dense" => {
             let (&[features], &[units]) = (input.as_slice(), output.as_slice()) else {
@@ -129,7 +129,7 @@ fn parse_file(path: &Path) -> Result<Sample> {
             };
             LayerConfig::new(
                 Op::Dense(Dense { units, use_bias: false, activation: Activation::Linear }),
-                vec![vec![features]],
+                vec![smallvec::smallvec![features]],
                 batch,
             )
         }
@@ -146,7 +146,7 @@ fn parse_file(path: &Path) -> Result<Sample> {
         &[oh, ow, c] => vec![c, oh, ow],
         other => other.to_vec(),
     };
-    if computed != expected {
+    if computed.as_slice() != expected.as_slice() {
         return Err(spec(
             path,
             "output shape",
@@ -255,8 +255,8 @@ mod tests {
         )
         .unwrap();
         let s = parse_file(&file).unwrap();
-        assert_eq!(s.config.input_shapes, vec![vec![4, 15, 15]]);
-        assert_eq!(s.config.output_shape().unwrap(), vec![8, 7, 7]);
+        assert_eq!(s.config.input_shapes[..], [crate::layer::Shape::from_slice(&[4, 15, 15])]);
+        assert_eq!(s.config.output_shape().unwrap()[..], [8, 7, 7]);
         assert_eq!((s.batch, s.latency_ms, s.power_w, s.memory_mib), (16, Some(1.5), Some(100.0), Some(512.0)));
         assert_eq!(s.energy_mj, Some(150.0));
         std::fs::write(&file, r#"{"workload": "conv2d", "batch_size": 1, "input shape": [null, 35, 35, 3], "output shape": [null, 2, 2, 2], "filters": 2, "kernel": [3, 3], "strides": [1, 1], "dilation": [1, 1], "time": 1, "power": 1, "memory": 1}"#).unwrap();

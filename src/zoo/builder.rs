@@ -88,7 +88,8 @@ pub struct Builder {
 }
 
 impl Builder {
-    pub fn new(name: &str, input_shape: Shape) -> Self {
+    pub fn new(name: &str, input_shape: impl Into<Shape>) -> Self {
+        let input_shape = input_shape.into();
         let mut shapes = HashMap::new();
         shapes.insert(INPUT.to_string(), input_shape.clone());
         Builder { net: Network::new(name, input_shape), current: INPUT.to_string(), shapes, auto_names: HashMap::new() }
@@ -267,11 +268,11 @@ mod tests {
         b.add("sum", &[a.clone(), c]);
         b.at(&a);
         b.max_pool("p", 2, 2, Padding::Valid);
-        assert_eq!(b.shape("p"), vec![4, 4, 4]);
+        assert_eq!(b.shape("p")[..], [4, 4, 4]);
         let net = b.finish();
         assert!(net.layers[0].inputs.is_empty() && net.layers[1].inputs.is_empty());
         assert_eq!(net.layers[2].inputs, vec!["a".to_string(), "c".to_string()]);
         assert_eq!(net.layers[3].inputs, vec!["a".to_string()]);
-        assert_eq!(net.analyze().unwrap().output_shapes[3], vec![4, 4, 4]);
+        assert_eq!(net.analyze().unwrap().output_shapes[3][..], [4, 4, 4]);
     }
 }

@@ -47,7 +47,10 @@ impl Encoder {
                 heads.push(b.layer(format!("{p}_{t}_t"), Op::Transpose { perm: perm.to_vec() }));
             }
             b.layer_from(format!("{p}_scores"), product.clone(), &heads[..2]);
-            b.layer(format!("{p}_scale"), Op::Elementwise { function: ElementwiseFn::Mul, constant_shape: vec![] });
+            b.layer(
+                format!("{p}_scale"),
+                Op::Elementwise { function: ElementwiseFn::Mul, constant_shape: smallvec::smallvec![] },
+            );
             let weights = b.layer(format!("{p}_softmax"), Op::Softmax { axis: -1 });
             b.layer_from(format!("{p}_context"), product.clone(), &[weights, heads[2].clone()]);
             b.layer(format!("{p}_context_t"), Op::Transpose { perm: vec![1, 0, 2] });

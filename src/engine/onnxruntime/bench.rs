@@ -19,7 +19,7 @@ use crate::collect::alloc;
 use crate::engine::bench::{available_memory_bytes, check_fits_in_memory, owning_node, Rounds};
 use crate::engine::{LayerProfile, NetworkBench, NetworkProfile, TotalProfile};
 use crate::error::{Error, Result};
-use crate::network::Network;
+use crate::network::{Network, Sources};
 use crate::onnx::export_network;
 use crate::stats::median;
 use crate::units::MIB;
@@ -172,17 +172,12 @@ const PRODUCTS: [&str; 7] = ["Conv", "FusedConv", "NhwcConv", "Gemm", "FusedGemm
 /// norm itself, which runs as a 1x1 convolution), an add to the convolution the rules fuse it into
 /// (`fused_adds`, [`crate::engine::rules::OnnxRuntime`]: its first input's when that one can take it), else to
 /// the later of the products feeding it; `named` itself when that leads to no product.
-fn product_owner(
-    network: &Network,
-    sources: &[Vec<crate::network::Source>],
-    fused_adds: &[Option<usize>],
-    named: usize,
-) -> usize {
+fn product_owner(network: &Network, sources: &[Sources], fused_adds: &[Option<usize>], named: usize) -> usize {
     use crate::layer::{Activation, Op};
     use crate::network::Source;
     fn resolve(
         network: &Network,
-        sources: &[Vec<Source>],
+        sources: &[Sources],
         fused_adds: &[Option<usize>],
         layer: usize,
         depth: usize,
@@ -190,7 +185,7 @@ fn product_owner(
         if depth > network.layers.len() {
             return None;
         }
-        let inputs = sources.get(layer).map(Vec::as_slice).unwrap_or(&[]);
+        let inputs = sources.get(layer).map(|s| s.as_slice()).unwrap_or(&[]);
         let first = inputs.iter().find_map(|s| match s {
             Source::Layer(l) => Some(*l),
             Source::Input => None,

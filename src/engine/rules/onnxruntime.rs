@@ -159,7 +159,7 @@ impl OnnxRuntime {
         // The readers of what each running layer's kernel writes (its own output, or that of a layer run inside
         // it), outside that kernel.
         let kernel = |k: usize| kernel_of(plan, k);
-        let mut pairs = Vec::with_capacity(analysis.sources.iter().map(Vec::len).sum());
+        let mut pairs = Vec::with_capacity(analysis.sources.iter().map(|s| s.len()).sum());
         for (c, sources) in analysis.sources.iter().enumerate() {
             let own = kernel(c);
             for (at, s) in sources.iter().enumerate() {
@@ -303,11 +303,12 @@ fn keeps_blocked_kernels(
 ) -> Vec<bool> {
     let mut known: Vec<Option<bool>> = vec![None; n];
     let mut on_path = vec![false; n];
+    let mut stack = Vec::new();
     for root in 0..n {
         if known[root].is_some() || kernel(root) != root {
             continue;
         }
-        let mut stack = vec![(root, 0usize)];
+        stack.push((root, 0usize));
         on_path[root] = true;
         while let Some(&(k, next)) = stack.last() {
             let settled = if next == 0 { alone(k) } else { None };
@@ -542,7 +543,7 @@ impl EngineRules for OnnxRuntime {
     /// The shapes ONNX Runtime's tensors have: the batch first; a blocked tensor's channels padded to whole
     /// blocks; a product with a constant weight and a bias over a sequence two-dimensional (`MatMulAddFusion`
     /// runs it as a `Gemm` between two reshapes).
-    fn arena_reuse_shapes(&self, net: &Network, analysis: &Analysis, plan: &Plan) -> Option<Vec<Vec<usize>>> {
+    fn arena_reuse_shapes(&self, net: &Network, analysis: &Analysis, plan: &Plan) -> Option<Vec<crate::layer::Shape>> {
         let converted = self.converted(net, analysis, plan);
         let block = self.nchwc_block.max(1);
         let shapes = (0..net.layers.len())
@@ -551,10 +552,10 @@ impl EngineRules for OnnxRuntime {
                 match &net.layers[i].op {
                     Op::MatMul { units: Some(units), use_bias: true } if shape.len() >= 2 => {
                         let rows: usize = shape[..shape.len() - 1].iter().product();
-                        vec![net.batch_size * rows, *units]
+                        smallvec::smallvec![net.batch_size * rows, *units]
                     }
                     _ => {
-                        let mut dims = Vec::with_capacity(shape.len() + 1);
+                        let mut dims = crate::layer::Shape::with_capacity(shape.len() + 1);
                         dims.push(net.batch_size);
                         dims.extend_from_slice(shape);
                         if converted[i] && dims.len() > 1 {

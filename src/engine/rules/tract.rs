@@ -60,7 +60,7 @@ impl EngineRules for Tract {
         }
         for (j, layer) in net.layers.iter().enumerate() {
             let Op::Concat { axis } = layer.op else { continue };
-            let rank = analysis.config(j).input_shapes.first().map_or(0, Vec::len) as i64;
+            let rank = analysis.config(j).input_shapes.first().map_or(0, |s| s.len()) as i64;
             if rank != 3 || !(axis == 0 || axis == -rank) {
                 continue;
             }

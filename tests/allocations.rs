@@ -1,0 +1,158 @@
+//! Heap allocations per NAS candidate through the C ABI, counted exactly: a NAS loop asks `pm_estimate_layers`
+//! thousands of times a second, and on the AMD hosts a third of a candidate's time was the C library's `malloc`
+//! and `free` (docs/budgets.md). Time is a benchmark's business; the number of allocations is not: it is the
+//! same on every machine and every run, so a test can hold it.
+//!
+//! This file is its own test binary, so it installs its own counting allocator; it counts on the calling thread
+//! only (libtest runs other tests' threads beside it).
+
+use perfmodel::ffi::{
+    pm_estimate_layers, pm_estimator_close, pm_estimator_open_method, PmEstimator, PmLayer, PmResult,
+};
+use perfmodel::layer::{Activation, LayerType};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::ffi::CString;
+
+struct Counting;
+
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static COUNT: Cell<usize> = const { Cell::new(0) };
+}
+
+fn note() {
+    // `try_with`: the allocator also runs while thread-locals are torn down.
+    if COUNTING.try_with(Cell::get).unwrap_or(false) {
+        let _ = COUNT.try_with(|c| c.set(c.get() + 1));
+    }
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note();
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note();
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note();
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Allocations `f` makes on this thread.
+fn allocations(f: impl FnOnce()) -> usize {
+    COUNT.with(|c| c.set(0));
+    COUNTING.with(|c| c.set(true));
+    f();
+    COUNTING.with(|c| c.set(false));
+    COUNT.with(Cell::get)
+}
+
+/// The NAS example's kind of candidate (as `benches/estimate.rs`): stem, conv and depthwise-separable blocks,
+/// poolings, a residual add, a dense head; 11 layers.
+fn nas_candidate(width: i64, kernel: i64, residual_inputs: &[i64; 2]) -> Vec<PmLayer> {
+    let index = |t: LayerType| LayerType::ALL.iter().position(|&x| x == t).unwrap() as i32;
+    let relu = Activation::ALL.iter().position(|&a| a == Activation::Relu).unwrap() as i32;
+    let conv = |units, k, stride| PmLayer {
+        layer_type: index(LayerType::Conv2d),
+        units,
+        kernel: [k, k],
+        strides: [stride, stride],
+        padding_mode: 1,
+        activation: relu,
+        ..PmLayer::default()
+    };
+    vec![
+        conv(width, 3, 2),
+        conv(width, kernel, 1),
+        PmLayer {
+            layer_type: index(LayerType::DepthwiseConv2d),
+            kernel: [kernel, kernel],
+            padding_mode: 1,
+            ..PmLayer::default()
+        },
+        conv(width, 1, 1),
+        PmLayer {
+            layer_type: index(LayerType::Add),
+            inputs: residual_inputs.as_ptr(),
+            n_inputs: 2,
+            ..PmLayer::default()
+        },
+        PmLayer { layer_type: index(LayerType::MaxPool2d), ..PmLayer::default() },
+        conv(2 * width, kernel, 1),
+        PmLayer { layer_type: index(LayerType::MaxPool2d), ..PmLayer::default() },
+        conv(2 * width, 3, 1),
+        PmLayer { layer_type: index(LayerType::GlobalAvgPool2d), ..PmLayer::default() },
+        PmLayer { layer_type: index(LayerType::Dense), units: 10, ..PmLayer::default() },
+    ]
+}
+
+/// `nas_candidate` with `extra` more 3x3 convolutions before its pooling head.
+fn longer_candidate(extra: usize, residual_inputs: &[i64; 2]) -> Vec<PmLayer> {
+    let mut layers = nas_candidate(24, 3, residual_inputs);
+    let conv = layers[8];
+    for _ in 0..extra {
+        layers.insert(9, conv);
+    }
+    layers
+}
+
+/// Allocations of one candidate whose layers the estimator has seen (the layer cache answers them, as it answers
+/// most of a NAS loop's layers), on a shipped device.
+fn per_candidate(device: &str, extra_layers: usize) -> usize {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let c = |s: &str| CString::new(s).unwrap();
+    let (models, data, collectors) =
+        (c(&format!("{root}/models")), c(&format!("{root}/data")), c(&format!("{root}/collectors")));
+    let (name, method) = (c(device), c("learned"));
+    let mut handle: *mut PmEstimator = std::ptr::null_mut();
+    let code = unsafe {
+        pm_estimator_open_method(
+            models.as_ptr(),
+            data.as_ptr(),
+            collectors.as_ptr(),
+            name.as_ptr(),
+            method.as_ptr(),
+            &mut handle,
+        )
+    };
+    assert_eq!(code, 0, "open the shipped device '{device}'");
+    let residual = [1i64, 3];
+    let shape = [3i64, 32, 32];
+    let layers = longer_candidate(extra_layers, &residual);
+    let run = || {
+        let mut out = PmResult::default();
+        let code = unsafe { pm_estimate_layers(handle, layers.as_ptr(), layers.len(), shape.as_ptr(), 3, 1, &mut out) };
+        assert_eq!(code, 0);
+        assert!(out.latency_ms > 0.0 && out.peak_memory_mib > 0.0);
+    };
+    // The first calls fill the layer cache and the engine's per-shape caches.
+    run();
+    run();
+    let counts: Vec<usize> = (0..3).map(|_| allocations(run)).collect();
+    unsafe { pm_estimator_close(handle) };
+    assert!(counts.windows(2).all(|w| w[0] == w[1]), "the same candidate allocated {counts:?} times");
+    counts[0]
+}
+
+#[test]
+fn a_nas_candidate_allocates_a_bounded_number_of_times_whatever_its_layers() {
+    for (device, ceiling) in [("zen4", 48), ("zen4-ort", 80)] {
+        let n = per_candidate(device, 0);
+        let longer = per_candidate(device, 40);
+        eprintln!("{device}: {n} allocations per 11-layer candidate, {longer} per 51-layer one");
+        assert!(n <= ceiling, "{device}: {n} allocations per candidate, more than {ceiling}");
+        // The cached path allocates per network, not per layer (a few vectors grow past their first capacity).
+        assert!(longer <= n + 8, "{device}: {n} allocations with 11 layers, {longer} with 51");
+    }
+}
