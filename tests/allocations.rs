@@ -110,6 +110,37 @@ fn longer_candidate(extra: usize, residual_inputs: &[i64; 2]) -> Vec<PmLayer> {
 /// Allocations of one candidate whose layers the estimator has seen (the layer cache answers them, as it answers
 /// most of a NAS loop's layers), on a shipped device.
 fn per_candidate(device: &str, extra_layers: usize) -> usize {
+    let handle = open(device);
+    let residual = [1i64, 3];
+    let shape = [3i64, 32, 32];
+    let layers = longer_candidate(extra_layers, &residual);
+    let run = || {
+        let out = estimate(handle, &layers, &shape).expect("the candidate estimates");
+        assert!(out.latency_ms > 0.0 && out.peak_memory_mib > 0.0);
+    };
+    // The first calls fill the layer cache and the engine's per-shape caches.
+    run();
+    run();
+    let counts: Vec<usize> = (0..3).map(|_| allocations(run)).collect();
+    unsafe { pm_estimator_close(handle) };
+    assert!(counts.windows(2).all(|w| w[0] == w[1]), "the same candidate allocated {counts:?} times");
+    counts[0]
+}
+
+/// `pm_estimate_layers` on `layers`: the result, or the status code.
+fn estimate(handle: *mut PmEstimator, layers: &[PmLayer], shape: &[i64]) -> Result<PmResult, i32> {
+    let mut out = PmResult::default();
+    let code =
+        unsafe { pm_estimate_layers(handle, layers.as_ptr(), layers.len(), shape.as_ptr(), shape.len(), 1, &mut out) };
+    if code == 0 {
+        Ok(out)
+    } else {
+        Err(code)
+    }
+}
+
+/// A shipped device's estimator through the C ABI.
+fn open(device: &str) -> *mut PmEstimator {
     let root = env!("CARGO_MANIFEST_DIR");
     let c = |s: &str| CString::new(s).unwrap();
     let (models, data, collectors) =
@@ -127,22 +158,7 @@ fn per_candidate(device: &str, extra_layers: usize) -> usize {
         )
     };
     assert_eq!(code, 0, "open the shipped device '{device}'");
-    let residual = [1i64, 3];
-    let shape = [3i64, 32, 32];
-    let layers = longer_candidate(extra_layers, &residual);
-    let run = || {
-        let mut out = PmResult::default();
-        let code = unsafe { pm_estimate_layers(handle, layers.as_ptr(), layers.len(), shape.as_ptr(), 3, 1, &mut out) };
-        assert_eq!(code, 0);
-        assert!(out.latency_ms > 0.0 && out.peak_memory_mib > 0.0);
-    };
-    // The first calls fill the layer cache and the engine's per-shape caches.
-    run();
-    run();
-    let counts: Vec<usize> = (0..3).map(|_| allocations(run)).collect();
-    unsafe { pm_estimator_close(handle) };
-    assert!(counts.windows(2).all(|w| w[0] == w[1]), "the same candidate allocated {counts:?} times");
-    counts[0]
+    handle
 }
 
 #[test]
@@ -155,4 +171,37 @@ fn a_nas_candidate_allocates_a_bounded_number_of_times_whatever_its_layers() {
         // The cached path allocates per network, not per layer (a few vectors grow past their first capacity).
         assert!(longer <= n + 8, "{device}: {n} allocations with 11 layers, {longer} with 51");
     }
+}
+
+/// The network a thread's calls refill keeps nothing of an earlier candidate: a long one, then one that fails
+/// half-way (an input index from the future), then a short one with other inputs give the short one's answer
+/// as a fresh thread computes it.
+#[test]
+fn a_refilled_network_answers_as_a_fresh_one() {
+    let handle = open("zen4-ort") as usize;
+    let shape = [3i64, 32, 32];
+    let short = |residual: &[i64; 2]| {
+        let mut layers = nas_candidate(16, 5, residual);
+        layers.truncate(5);
+        layers
+    };
+    let fresh = std::thread::spawn(move || {
+        let residual = [0i64, 3];
+        estimate(handle as *mut PmEstimator, &short(&residual), &shape).unwrap()
+    })
+    .join()
+    .unwrap();
+    let long_residual = [1i64, 3];
+    estimate(handle as *mut PmEstimator, &longer_candidate(20, &long_residual), &shape).unwrap();
+    let bad_residual = [1i64, 9];
+    let mut bad = nas_candidate(24, 3, &bad_residual);
+    bad.truncate(8);
+    assert!(estimate(handle as *mut PmEstimator, &bad, &shape).is_err(), "input 9 of layer 4 is refused");
+    let residual = [0i64, 3];
+    let again = estimate(handle as *mut PmEstimator, &short(&residual), &shape).unwrap();
+    assert_eq!(
+        (again.latency_ms.to_bits(), again.peak_memory_mib.to_bits(), again.layers),
+        (fresh.latency_ms.to_bits(), fresh.peak_memory_mib.to_bits(), fresh.layers)
+    );
+    unsafe { pm_estimator_close(handle as *mut PmEstimator) };
 }
