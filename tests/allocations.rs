@@ -174,8 +174,8 @@ fn a_nas_candidate_allocates_a_bounded_number_of_times_whatever_its_layers() {
 }
 
 /// The network a thread's calls refill keeps nothing of an earlier candidate: a long one, then one that fails
-/// half-way (an input index from the future), then a short one with other inputs give the short one's answer
-/// as a fresh thread computes it.
+/// half-way (an input index from the future) after refilling layers with other inputs, then a short one give
+/// the short one's answer as a fresh thread computes it.
 #[test]
 fn a_refilled_network_answers_as_a_fresh_one() {
     let handle = open("zen4-ort") as usize;
@@ -196,6 +196,10 @@ fn a_refilled_network_answers_as_a_fresh_one() {
     let bad_residual = [1i64, 9];
     let mut bad = nas_candidate(24, 3, &bad_residual);
     bad.truncate(8);
+    // Its depthwise layer reads the network's input, where the short candidate's reads the layer before.
+    let network_input = [-1i64];
+    bad[2].inputs = network_input.as_ptr();
+    bad[2].n_inputs = 1;
     assert!(estimate(handle as *mut PmEstimator, &bad, &shape).is_err(), "input 9 of layer 4 is refused");
     let residual = [0i64, 3];
     let again = estimate(handle as *mut PmEstimator, &short(&residual), &shape).unwrap();
