@@ -33,6 +33,9 @@ pub use error::{Error, Result};
 pub use layer::{LayerConfig, LayerType, Op, Shape};
 pub use metric::Metric;
 pub use network::{Layer, Network};
+/// The inline vectors of the public types (`Shape`, `network::Sources`, `layer::InputShapes`), for callers that
+/// build them.
+pub use smallvec;
 
 /// Version of this crate, recorded with collected data and trained models.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -97,12 +97,18 @@ fn nas_candidate(width: i64, kernel: i64, residual_inputs: &[i64; 2]) -> Vec<PmL
     ]
 }
 
-/// `nas_candidate` with `extra` more 3x3 convolutions before its pooling head.
+/// `nas_candidate` with `extra` more layers before its pooling head: 3x3 convolutions, depthwise ones and 1x1
+/// convolutions of other widths in turn (a layer the cache holds per configuration).
 fn longer_candidate(extra: usize, residual_inputs: &[i64; 2]) -> Vec<PmLayer> {
     let mut layers = nas_candidate(24, 3, residual_inputs);
-    let conv = layers[8];
-    for _ in 0..extra {
-        layers.insert(9, conv);
+    let (conv, depthwise) = (layers[8], layers[2]);
+    for k in 0..extra {
+        let layer = match k % 3 {
+            0 => conv,
+            1 => depthwise,
+            _ => PmLayer { kernel: [1, 1], units: 8 + k as i64, ..conv },
+        };
+        layers.insert(9 + k, layer);
     }
     layers
 }
@@ -163,7 +169,9 @@ fn open(device: &str) -> *mut PmEstimator {
 
 #[test]
 fn a_nas_candidate_allocates_a_bounded_number_of_times_whatever_its_layers() {
-    for (device, ceiling) in [("zen4", 48), ("zen4-ort", 80)] {
+    // The counts measured when the test was written, plus 2: a toolchain or dependency update that changes how
+    // vectors and maps grow may need them measured again (`cargo test --test allocations -- --nocapture`).
+    for (device, ceiling) in [("zen4", 38), ("zen4-ort", 67)] {
         let n = per_candidate(device, 0);
         let longer = per_candidate(device, 40);
         eprintln!("{device}: {n} allocations per 11-layer candidate, {longer} per 51-layer one");
