@@ -18,7 +18,7 @@ use perfmodel::ffi::{
 };
 use perfmodel::layer::{Activation, Conv2d, Dense, DepthwiseConv2d, Padding};
 use perfmodel::Dirs;
-use perfmodel::{Layer, LayerType, Network, Op};
+use perfmodel::{Layer, Network, Op};
 use std::ffi::CString;
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -73,43 +73,9 @@ fn fifty_layer_network() -> Network {
     net
 }
 
-/// The NAS example's kind of candidate: stem, conv and depthwise-separable blocks, pooling, a residual add, head.
-fn nas_candidate(width: i64, kernel: i64, residual_inputs: &[i64; 2]) -> Vec<PmLayer> {
-    let conv = |units, k, stride, activation| PmLayer {
-        layer_type: LayerType::ALL.iter().position(|&t| t == LayerType::Conv2d).unwrap() as i32,
-        units,
-        kernel: [k, k],
-        strides: [stride, stride],
-        padding_mode: 1,
-        activation,
-        ..PmLayer::default()
-    };
-    let index = |t: LayerType| LayerType::ALL.iter().position(|&x| x == t).unwrap() as i32;
-    let relu = Activation::ALL.iter().position(|&a| a == Activation::Relu).unwrap() as i32;
-    vec![
-        conv(width, 3, 2, relu),
-        conv(width, kernel, 1, relu),
-        PmLayer {
-            layer_type: index(LayerType::DepthwiseConv2d),
-            kernel: [kernel, kernel],
-            padding_mode: 1,
-            ..PmLayer::default()
-        },
-        conv(width, 1, 1, relu),
-        PmLayer {
-            layer_type: index(LayerType::Add),
-            inputs: residual_inputs.as_ptr(),
-            n_inputs: 2,
-            ..PmLayer::default()
-        },
-        PmLayer { layer_type: index(LayerType::MaxPool2d), ..PmLayer::default() },
-        conv(2 * width, kernel, 1, relu),
-        PmLayer { layer_type: index(LayerType::MaxPool2d), ..PmLayer::default() },
-        conv(2 * width, 3, 1, relu),
-        PmLayer { layer_type: index(LayerType::GlobalAvgPool2d), ..PmLayer::default() },
-        PmLayer { layer_type: index(LayerType::Dense), units: 10, ..PmLayer::default() },
-    ]
-}
+#[path = "../tests/common/nas.rs"]
+mod nas;
+use nas::nas_candidate;
 
 fn bench(c: &mut Criterion) {
     let (dir, device) = models();

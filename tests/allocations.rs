@@ -9,7 +9,6 @@
 use perfmodel::ffi::{
     pm_estimate_layers, pm_estimator_close, pm_estimator_open_method, PmEstimator, PmLayer, PmResult,
 };
-use perfmodel::layer::{Activation, LayerType};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::ffi::CString;
@@ -58,44 +57,9 @@ fn allocations(f: impl FnOnce()) -> usize {
     COUNT.with(Cell::get)
 }
 
-/// The NAS example's kind of candidate (as `benches/estimate.rs`): stem, conv and depthwise-separable blocks,
-/// poolings, a residual add, a dense head; 11 layers.
-fn nas_candidate(width: i64, kernel: i64, residual_inputs: &[i64; 2]) -> Vec<PmLayer> {
-    let index = |t: LayerType| LayerType::ALL.iter().position(|&x| x == t).unwrap() as i32;
-    let relu = Activation::ALL.iter().position(|&a| a == Activation::Relu).unwrap() as i32;
-    let conv = |units, k, stride| PmLayer {
-        layer_type: index(LayerType::Conv2d),
-        units,
-        kernel: [k, k],
-        strides: [stride, stride],
-        padding_mode: 1,
-        activation: relu,
-        ..PmLayer::default()
-    };
-    vec![
-        conv(width, 3, 2),
-        conv(width, kernel, 1),
-        PmLayer {
-            layer_type: index(LayerType::DepthwiseConv2d),
-            kernel: [kernel, kernel],
-            padding_mode: 1,
-            ..PmLayer::default()
-        },
-        conv(width, 1, 1),
-        PmLayer {
-            layer_type: index(LayerType::Add),
-            inputs: residual_inputs.as_ptr(),
-            n_inputs: 2,
-            ..PmLayer::default()
-        },
-        PmLayer { layer_type: index(LayerType::MaxPool2d), ..PmLayer::default() },
-        conv(2 * width, kernel, 1),
-        PmLayer { layer_type: index(LayerType::MaxPool2d), ..PmLayer::default() },
-        conv(2 * width, 3, 1),
-        PmLayer { layer_type: index(LayerType::GlobalAvgPool2d), ..PmLayer::default() },
-        PmLayer { layer_type: index(LayerType::Dense), units: 10, ..PmLayer::default() },
-    ]
-}
+#[path = "common/nas.rs"]
+mod nas;
+use nas::nas_candidate;
 
 /// `nas_candidate` with `extra` more layers before its pooling head: 3x3 convolutions, depthwise ones and 1x1
 /// convolutions of other widths in turn (a layer the cache holds per configuration).

@@ -598,8 +598,7 @@ pub fn duplicates(net: &Network, sources: &[Sources]) -> Vec<Option<usize>> {
     if input_readers < 2 && readers.iter().all(|&r| r < 2) {
         return of;
     }
-    type Inputs = smallvec::SmallVec<[Source; 2]>;
-    let mut firsts: rustc_hash::FxHashMap<Inputs, smallvec::SmallVec<[usize; 2]>> = Default::default();
+    let mut firsts: rustc_hash::FxHashMap<Sources, smallvec::SmallVec<[usize; 2]>> = Default::default();
     for (i, layer) in net.layers.iter().enumerate() {
         let weightless = matches!(
             layer.op,
@@ -620,7 +619,7 @@ pub fn duplicates(net: &Network, sources: &[Sources]) -> Vec<Option<usize>> {
         if !weightless || sources[i].is_empty() {
             continue;
         }
-        let canonical: Inputs = sources[i]
+        let canonical: Sources = sources[i]
             .iter()
             .map(|s| match *s {
                 Source::Layer(j) => Source::Layer(of[j].unwrap_or(j)),
