@@ -138,14 +138,7 @@ impl ExtraTreeGrower<'_> {
     /// `min_leaf` rows on both sides. Both passes over the node's rows run over all features at once (a row is
     /// contiguous), with a NaN threshold for a feature not drawn, which sends no row left.
     fn best_split(&mut self, index: &[u32], sum: f64, min_leaf: usize) -> Option<(usize, f32)> {
-        self.lo.fill(f32::INFINITY);
-        self.hi.fill(f32::NEG_INFINITY);
-        for &i in index {
-            for ((lo, hi), &v) in self.lo.iter_mut().zip(self.hi.iter_mut()).zip(self.rows.row(i)) {
-                *lo = lo.min(v);
-                *hi = hi.max(v);
-            }
-        }
+        ranges(self.rows, index, &mut self.lo, &mut self.hi);
         // A random order even when every feature is drawn: it breaks ties between features that split the rows
         // alike (a layer's size in elements and in bytes), and trees that always chose the first of them were
         // less diverse: on xeon480's depthwise memory rows, CV MAPE 0.12% against 0.07% with the shuffle.
@@ -171,19 +164,7 @@ impl ExtraTreeGrower<'_> {
         if drawn == 0 {
             return None;
         }
-        self.sum_left.fill(0.0);
-        self.count_left.fill(0.0);
-        for &i in index {
-            let v = self.y[i as usize];
-            let row = self.rows.row(i);
-            for (((s, c), &x), &t) in
-                self.sum_left.iter_mut().zip(self.count_left.iter_mut()).zip(row).zip(&self.threshold)
-            {
-                let left = (x <= t) as u8 as f64;
-                *s += v * left;
-                *c += left;
-            }
-        }
+        left_sums(self.rows, self.y, index, &self.threshold, &mut self.sum_left, &mut self.count_left);
         let n = index.len() as f64;
         let min_leaf = min_leaf as f64;
         let mut best: Option<(f64, usize)> = None;
@@ -203,6 +184,71 @@ impl ExtraTreeGrower<'_> {
         }
         best.map(|(_, f)| (f, self.threshold[f]))
     }
+}
+
+/// Each feature's smallest and largest value over the rows of `index`.
+///
+/// This pass and [`left_sums`] are most of the time of growing extra-trees, and they vectorise across features
+/// (a row is contiguous): with AVX2 where the CPU has it. Each feature's running minimum, maximum and sums take
+/// the same operations in the same order in either build, so the trees are the same bits.
+fn ranges(rows: &Rows, index: &[u32], lo: &mut [f32], hi: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2.
+        return unsafe { ranges_avx2(rows, index, lo, hi) };
+    }
+    ranges_portable(rows, index, lo, hi)
+}
+
+/// [`ranges`] in whatever registers the build targets; always inlined, so that the AVX2 copy compiles its own body.
+#[inline(always)]
+fn ranges_portable(rows: &Rows, index: &[u32], lo: &mut [f32], hi: &mut [f32]) {
+    lo.fill(f32::INFINITY);
+    hi.fill(f32::NEG_INFINITY);
+    for &i in index {
+        for ((lo, hi), &v) in lo.iter_mut().zip(hi.iter_mut()).zip(rows.row(i)) {
+            *lo = lo.min(v);
+            *hi = hi.max(v);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn ranges_avx2(rows: &Rows, index: &[u32], lo: &mut [f32], hi: &mut [f32]) {
+    ranges_portable(rows, index, lo, hi)
+}
+
+/// Per feature, the sum of the targets and the count of the rows of `index` that go left of its threshold
+/// (none for a NaN threshold).
+fn left_sums(rows: &Rows, y: &[f64], index: &[u32], threshold: &[f32], sum: &mut [f64], count: &mut [f64]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2.
+        return unsafe { left_sums_avx2(rows, y, index, threshold, sum, count) };
+    }
+    left_sums_portable(rows, y, index, threshold, sum, count)
+}
+
+#[inline(always)]
+fn left_sums_portable(rows: &Rows, y: &[f64], index: &[u32], threshold: &[f32], sum: &mut [f64], count: &mut [f64]) {
+    sum.fill(0.0);
+    count.fill(0.0);
+    for &i in index {
+        let v = y[i as usize];
+        let row = rows.row(i);
+        for (((s, c), &x), &t) in sum.iter_mut().zip(count.iter_mut()).zip(row).zip(threshold) {
+            let left = (x <= t) as u8 as f64;
+            *s += v * left;
+            *c += left;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn left_sums_avx2(rows: &Rows, y: &[f64], index: &[u32], threshold: &[f32], sum: &mut [f64], count: &mut [f64]) {
+    left_sums_portable(rows, y, index, threshold, sum, count)
 }
 
 /// Settings of [`gradient_boosting`].
@@ -409,6 +455,33 @@ mod tests {
             (0..n).map(|i| vec![(i % 17) as f64, (i * 7 % 31) as f64 * 0.5, 3.0, (i % 5) as f64]).collect();
         let y = x.iter().map(|r| 2.0 * r[0] + r[1] * r[1] + if r[3] > 2.0 { 10.0 } else { 0.0 }).collect();
         (x, y)
+    }
+
+    #[test]
+    fn the_vectorised_node_passes_give_the_portable_passes_bits() {
+        use rand::Rng;
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        // Widths below, at and past a vector register's lanes; targets of both signs and mixed magnitudes.
+        for d in [1, 3, 4, 8, 9, 17, 45] {
+            let x: Vec<Vec<f64>> =
+                (0..301).map(|_| (0..d).map(|_| rng.random_range(-50..50) as f64 * 0.37).collect()).collect();
+            let y: Vec<f64> =
+                (0..301).map(|_| rng.random_range(-1e3..1e3) * 10f64.powi(rng.random_range(-6..6))).collect();
+            let rows = Rows::new(&x);
+            let index: Vec<u32> = (0..301u32).filter(|i| i % 3 != 1).collect();
+            let threshold: Vec<f32> =
+                (0..d).map(|f| if f % 4 == 2 { f32::NAN } else { rng.random_range(-20..20) as f32 * 0.37 }).collect();
+            let (mut lo, mut hi, mut lo2, mut hi2) = (vec![0.0; d], vec![0.0; d], vec![0.0; d], vec![0.0; d]);
+            ranges(&rows, &index, &mut lo, &mut hi);
+            ranges_portable(&rows, &index, &mut lo2, &mut hi2);
+            assert_eq!((&lo, &hi), (&lo2, &hi2), "{d} features");
+            let (mut s, mut c, mut s2, mut c2) = (vec![0.0; d], vec![0.0; d], vec![0.0; d], vec![0.0; d]);
+            left_sums(&rows, &y, &index, &threshold, &mut s, &mut c);
+            left_sums_portable(&rows, &y, &index, &threshold, &mut s2, &mut c2);
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!((bits(&s), bits(&c)), (bits(&s2), bits(&c2)), "{d} features");
+            assert!(c.iter().zip(&threshold).all(|(&c, t)| !t.is_nan() || c == 0.0));
+        }
     }
 
     #[test]
