@@ -14,7 +14,6 @@ use crate::train::grow;
 use crate::train::model::{FlatForest, Forest, Knn, Linear, Model, Standardizer, LEAF};
 use serde::Deserialize;
 use smartcore::linalg::basic::matrix::DenseMatrix;
-use smartcore::linear::linear_regression::{LinearRegression, LinearRegressionParameters, LinearRegressionSolverName};
 use smartcore::tree::decision_tree_regressor::{DecisionTreeRegressor, DecisionTreeRegressorParameters};
 
 type Matrix = DenseMatrix<f64>;
@@ -288,7 +287,7 @@ impl Regressor for NearestNeighbors {
     }
 }
 
-/// Ordinary least squares on standardised features (SVD solver, constant columns dropped).
+/// Ordinary least squares on standardised features ([`crate::train::lstsq`], constant columns dropped).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LinearRegressor {}
 
@@ -317,14 +316,12 @@ impl Regressor for LinearRegressor {
                     columns.iter().map(|&c| z[c]).collect()
                 })
                 .collect();
-            let params = LinearRegressionParameters::default().with_solver(LinearRegressionSolverName::SVD);
-            let fitted: LinearRegression<f64, f64, Matrix, Vec<f64>> =
-                LinearRegression::fit(&matrix(&rows)?, &y.to_vec(), params).map_err(|e| failed("linear", e))?;
-            use smartcore::linalg::basic::arrays::Array;
-            for (i, &c) in columns.iter().enumerate() {
-                coefficients[c] = *fitted.coefficients().get((i, 0));
+            let (fitted, b) = crate::train::lstsq::least_squares(&rows, y)
+                .ok_or_else(|| failed("linear", "no least-squares solution of these rows"))?;
+            for (&c, w) in columns.iter().zip(fitted) {
+                coefficients[c] = w;
             }
-            intercept = *fitted.intercept();
+            intercept = b;
         }
         if coefficients.iter().any(|c| !c.is_finite()) || !intercept.is_finite() {
             return Err(failed("linear", "the least-squares solution is not finite"));

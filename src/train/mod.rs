@@ -11,6 +11,7 @@ pub mod cv;
 pub mod fit;
 pub mod grow;
 pub mod isolation;
+pub mod lstsq;
 pub mod model;
 pub mod pipeline;
 pub mod report;
