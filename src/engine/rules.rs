@@ -83,6 +83,19 @@ pub struct Plan {
     roles: Vec<Role>,
     /// How many layers read each layer's output.
     consumers: Vec<u32>,
+    /// Which layers write their output in the engine's blocked layout, once an engine's rules have worked it out
+    /// for these roles: several passes ask, and working it out walks the whole plan.
+    blocked: BlockedOutputs,
+}
+
+/// [`Plan`]'s remembered blocked outputs: a cache, so not part of what makes two plans equal.
+#[derive(Debug, Clone, Default)]
+struct BlockedOutputs(std::cell::OnceCell<Vec<bool>>);
+
+impl PartialEq for BlockedOutputs {
+    fn eq(&self, _: &BlockedOutputs) -> bool {
+        true
+    }
 }
 
 impl Plan {
@@ -120,11 +133,18 @@ impl Plan {
         self.consumers[i]
     }
 
+    /// Which layers write their output in the engine's blocked layout: `work_out`'s answer for these roles,
+    /// worked out once (until the roles change).
+    pub fn blocked_outputs(&self, work_out: impl FnOnce() -> Vec<bool>) -> &[bool] {
+        self.blocked.0.get_or_init(work_out)
+    }
+
     /// The residual add `add` runs as a layer of its own after all (its convolution has no prediction to carry
     /// it, or nothing times the add), and so does every epilogue that ran inside its convolution only through
     /// the add (its ReLU, and what follows that).
     pub fn run_add_alone(&mut self, add: usize) {
         let Role::Inside { owner, fusion: Fusion::ResidualAdd, .. } = self.roles[add] else { return };
+        self.blocked = BlockedOutputs::default();
         if let Role::Runs(kernel) = &mut self.roles[owner] {
             kernel.fused_add = None;
         }
@@ -465,7 +485,7 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
             roles.push(role);
             blocked.push(self.output_blocked(net, analysis, &roles, &blocked, i));
         }
-        Plan { roles, consumers }
+        Plan { roles, consumers, blocked: BlockedOutputs::default() }
     }
 
     /// The layer whose kernel applies layer `i` (an activation the kernel fuses, a batch norm after a linear

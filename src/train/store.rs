@@ -326,7 +326,50 @@ pub struct ModelStore {
     device: String,
     dir: PathBuf,
     manifest: Manifest,
-    predictors: BTreeMap<(LayerType, Metric), Predictor>,
+    predictors: Predictors,
+}
+
+/// A store's predictors in a table of one slot per layer type and metric: an estimate looks one up for every
+/// layer it predicts, and a slot is an index where a map was a search.
+#[derive(Debug, Clone, Default)]
+struct Predictors {
+    slots: Vec<Option<Predictor>>,
+}
+
+impl Predictors {
+    fn slot(layer_type: LayerType, metric: Metric) -> usize {
+        layer_type as usize * Metric::ALL.len() + metric as usize
+    }
+
+    fn get(&self, layer_type: LayerType, metric: Metric) -> Option<&Predictor> {
+        self.slots.get(Self::slot(layer_type, metric)).and_then(Option::as_ref)
+    }
+
+    fn insert(&mut self, layer_type: LayerType, metric: Metric, predictor: Predictor) {
+        if self.slots.is_empty() {
+            self.slots.resize(LayerType::ALL.len() * Metric::ALL.len(), None);
+        }
+        self.slots[Self::slot(layer_type, metric)] = Some(predictor);
+    }
+
+    /// The predictors, ordered by layer type, then metric.
+    fn values(&self) -> impl Iterator<Item = &Predictor> {
+        self.slots.iter().flatten()
+    }
+
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut Predictor> {
+        self.slots.iter_mut().flatten()
+    }
+
+    /// The layer type and metric of each predictor, in the order of [`Predictors::values`].
+    fn keys(&self) -> impl Iterator<Item = (LayerType, Metric)> + '_ {
+        let metrics = Metric::ALL.len();
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.is_some())
+            .map(move |(i, _)| (LayerType::ALL[i / metrics], Metric::ALL[i % metrics]))
+    }
 }
 
 /// A number no other store opened in this process has.
@@ -374,7 +417,7 @@ impl ModelStore {
                 format!("manifest is for device '{}', expected '{device}'", manifest.device),
             ));
         }
-        let mut predictors = BTreeMap::new();
+        let mut predictors = Predictors::default();
         for entry in &manifest.models {
             let layer_type = LayerType::parse(&entry.layer_type).ok_or_else(|| {
                 Error::model(&manifest_file, format!("unknown layer type '{}' in the manifest", entry.layer_type))
@@ -410,7 +453,7 @@ impl ModelStore {
                 ));
             }
             let file = ModelFile::decode(&path, &bytes, layer_type, metric)?;
-            predictors.insert((layer_type, metric), file.predictor);
+            predictors.insert(layer_type, metric, file.predictor);
         }
         Ok(ModelStore { id: next_store_id(), device: device.to_string(), dir, manifest, predictors })
     }
@@ -428,7 +471,7 @@ impl ModelStore {
     }
 
     pub fn predictor(&self, layer_type: LayerType, metric: Metric) -> Option<&Predictor> {
-        self.predictors.get(&(layer_type, metric))
+        self.predictors.get(layer_type, metric)
     }
 
     pub fn device(&self) -> &str {
@@ -487,7 +530,7 @@ impl ModelStore {
 
     /// Layer types with at least one predictor.
     pub fn layer_types(&self) -> Vec<LayerType> {
-        let mut types: Vec<LayerType> = self.predictors.keys().map(|(t, _)| *t).collect();
+        let mut types: Vec<LayerType> = self.predictors.keys().map(|(t, _)| t).collect();
         types.dedup();
         types
     }
@@ -726,6 +769,29 @@ mod tests {
             }
         }
         std::fs::write(&manifest_file, serde_json::to_string(&manifest).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn every_layer_type_and_metric_has_a_slot_of_its_own_and_keys_name_it() {
+        for (i, t) in LayerType::ALL.iter().enumerate() {
+            assert_eq!(*t as usize, i, "{t}");
+        }
+        for (i, m) in Metric::ALL.iter().enumerate() {
+            assert_eq!(*m as usize, i, "{m}");
+        }
+        let mut table = Predictors::default();
+        use crate::train::model::{Linear, Model, Standardizer};
+        let standardizer = Standardizer { mean: vec![], scale: vec![] };
+        let model = Model::Linear(Linear { standardizer, coefficients: vec![], intercept: 1.0 });
+        let linear = Predictor::new("linear", false, model);
+        let pairs = [(LayerType::ALL[25], Metric::Memory), (LayerType::Conv2d, Metric::Latency)];
+        for (t, m) in pairs {
+            table.insert(t, m, linear.clone());
+        }
+        assert_eq!(table.keys().collect::<Vec<_>>(), [(LayerType::Conv2d, Metric::Latency), pairs[0]]);
+        assert!(table.get(LayerType::Conv2d, Metric::Latency).is_some());
+        assert!(table.get(LayerType::Conv2d, Metric::Memory).is_none());
+        assert_eq!(table.values().count(), 2);
     }
 
     #[test]

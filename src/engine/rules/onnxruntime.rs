@@ -135,14 +135,17 @@ impl OnnxRuntime {
 
     /// Which layers' outputs are in ONNX Runtime's blocked layout in `net`, in order
     /// ([`EngineRules::output_blocked`] of each).
-    fn converted(&self, net: &Network, analysis: &Analysis, plan: &Plan) -> Vec<bool> {
-        let roles = plan.roles();
-        let mut converted = Vec::with_capacity(roles.len());
-        for i in 0..roles.len().min(net.layers.len()) {
-            let blocked = self.output_blocked(net, analysis, roles, &converted, i);
-            converted.push(blocked);
-        }
-        converted
+    /// Worked out once per plan ([`Plan::blocked_outputs`]).
+    fn converted<'p>(&self, net: &Network, analysis: &Analysis, plan: &'p Plan) -> &'p [bool] {
+        plan.blocked_outputs(|| {
+            let roles = plan.roles();
+            let mut converted = Vec::with_capacity(roles.len());
+            for i in 0..roles.len().min(net.layers.len()) {
+                let blocked = self.output_blocked(net, analysis, roles, &converted, i);
+                converted.push(blocked);
+            }
+            converted
+        })
     }
 
     /// Per layer, the two conversions it ran measured alone that it does not run in `net` (see
