@@ -51,7 +51,7 @@ What it replicates (from src/train/{pipeline,cv,fit,isolation}.rs)
     - StandardScaler + LinearRegression: raw/log1p features x raw/log target (4)
   Latency of conv2d, depthwise_conv2d and dense also tries the whole set per FLOP (target / max(flops,1),
   multiplied back), and of max_pool2d, avg_pool2d, activation and batch_norm per input element
-  (column `input_elems`). Latency of conv2d and dense, on a device whose profile lets perfmodel ask the
+  (column `input_elems`). Latency of conv2d, dense and matmul, on a device whose profile lets perfmodel ask the
   engine (host = true, executor tract, 1 thread, measured on this very machine: perfmodel's
   HostEngine::LayoutsAndTiles), also tries the set with the engine's features, and the per-FLOP copy
   is then the one with the engine's features: 26, 52 or 78 candidates per triplet. Memory learns only
@@ -137,6 +137,7 @@ LAYER_TYPES = [
     "conv2d", "depthwise_conv2d", "dense", "max_pool2d", "avg_pool2d", "global_avg_pool2d",
     "global_max_pool2d", "flatten", "reshape", "add", "multiply", "concat", "activation", "batch_norm",
     "zero_padding2d", "cropping2d", "dropout", "unsupported", "channel_shuffle", "channel_slice",
+    "matmul", "layer_norm", "softmax", "transpose", "elementwise", "embedding",
 ]
 # Metric::ALL order and each metric's column.
 METRIC_COLUMNS = {"latency": "latency_ms", "power": "power_w", "memory": "memory_mib"}
@@ -150,7 +151,7 @@ PER_UNIT = {
     "max_pool2d": "input_elems", "avg_pool2d": "input_elems", "activation": "input_elems",
     "batch_norm": "input_elems",
 }
-ENGINE_LAYERS = {"conv2d", "dense"}
+ENGINE_LAYERS = {"conv2d", "dense", "matmul"}
 KNOWN_COLUMNS = ("input_elems", "weight_elems", "output_elems")
 MIB = float(1 << 20)
 MAPE_FLOOR = 0.01
@@ -518,7 +519,7 @@ def cpuinfo():
 
 
 def engine_copy_auto(collectors, device):
-    """Whether perfmodel would train conv2d/dense latency with the engine's features (HostEngine::LayoutsAndTiles):
+    """Whether perfmodel would train conv2d/dense/matmul latency with the engine's features (HostEngine::LayoutsAndTiles):
     the device's profile says host = true, executor tract, 1 thread, and its fingerprint is this machine's."""
     path = collectors / f"{device}.toml"
     if not path.exists():
@@ -598,7 +599,7 @@ def main():
         f"one candidate (all folds) per task, each model n_jobs=1, BLAS/OpenMP threads 1"
     )
     print(
-        f"engine-feature copy of conv2d/dense latency: {'yes (emulated with the plain features)' if engine_copy else 'no'}"
+        f"engine-feature copy of conv2d/dense/matmul latency: {'yes (emulated with the plain features)' if engine_copy else 'no'}"
         f" [{why}]"
     )
     sys.stdout.flush()
