@@ -135,7 +135,7 @@ fn open(device: &str) -> *mut PmEstimator {
 fn a_nas_candidate_allocates_a_bounded_number_of_times_whatever_its_layers() {
     // The counts measured when the test was written, plus 2: a toolchain or dependency update that changes how
     // vectors and maps grow may need them measured again (`cargo test --test allocations -- --nocapture`).
-    for (device, ceiling) in [("zen4", 38), ("zen4-ort", 67)] {
+    for (device, ceiling) in [("zen4", 37), ("zen4-ort", 60)] {
         let n = per_candidate(device, 0);
         let longer = per_candidate(device, 40);
         eprintln!("{device}: {n} allocations per 11-layer candidate, {longer} per 51-layer one");

@@ -618,7 +618,9 @@ pub fn duplicates(net: &Network, sources: &[Sources]) -> Vec<Option<usize>> {
     if input_readers < 2 && readers.iter().all(|&r| r < 2) {
         return of;
     }
-    let mut firsts: rustc_hash::FxHashMap<Sources, smallvec::SmallVec<[usize; 2]>> = Default::default();
+    // Sized for every layer up front: grown a key at a time, the table was reallocated as it grew.
+    let mut firsts: rustc_hash::FxHashMap<Sources, smallvec::SmallVec<[usize; 2]>> =
+        rustc_hash::FxHashMap::with_capacity_and_hasher(n, Default::default());
     for (i, layer) in net.layers.iter().enumerate() {
         let weightless = matches!(
             layer.op,

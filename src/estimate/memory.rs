@@ -160,7 +160,8 @@ pub fn arena_in_use_bytes(
     }
     let mut events: Vec<Event> = Vec::with_capacity(4 * n);
     let mut buffer: Vec<usize> = (0..=n).collect();
-    let mut free_list: Vec<usize> = Vec::new();
+    // At most every buffer at once; sized up front, as it is filled one buffer at a time.
+    let mut free_list: Vec<usize> = if reuse_shapes.is_some() { Vec::with_capacity(n + 1) } else { Vec::new() };
     // For a buffer on the free list, the event that gives it back to the arena unless a later output takes it.
     let mut pending_free: Vec<Option<usize>> = vec![None; n + 1];
     for i in 0..n {

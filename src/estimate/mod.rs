@@ -479,9 +479,9 @@ impl Estimator {
                 predictor: answer.by.named(net),
             })
             .collect();
-        let types: Vec<LayerType> = layers.iter().map(|l| l.layer_type).collect();
+        let type_of = |i: usize| layers[i].layer_type;
         let total =
-            passes::totals(&types, &latency, &energy, &memory, self.calibration.as_ref(), self.has_power, |i| {
+            passes::totals(type_of, &latency, &energy, &memory, self.calibration.as_ref(), self.has_power, |i| {
                 layers[i].name.clone()
             });
         let notes = self.notes(&uncovered, missing_power, memory.missing);
@@ -504,9 +504,9 @@ impl Estimator {
     /// the per-layer rows and the notes: what a NAS loop asks of the C ABI thousands of times a second.
     pub fn estimate_totals(&self, net: &Network) -> Result<(Totals, usize)> {
         let Passes { uncovered, latency, energy, memory, .. } = self.passes(net)?;
-        let types: Vec<LayerType> = net.layers.iter().map(|l| l.op.layer_type()).collect();
+        let type_of = |i: usize| net.layers[i].op.layer_type();
         let total =
-            passes::totals(&types, &latency, &energy, &memory, self.calibration.as_ref(), self.has_power, |i| {
+            passes::totals(type_of, &latency, &energy, &memory, self.calibration.as_ref(), self.has_power, |i| {
                 net.layers[i].name.clone()
             });
         Ok((total, uncovered.len()))

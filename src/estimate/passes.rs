@@ -898,7 +898,7 @@ fn engine_order(plan: &Plan, sources: &[Sources]) -> Vec<usize> {
 /// The totals of an estimate from its rows and the memory pass: the peak of the liveness walk (calibrated when
 /// the device has a calibration), the paper's two cruder memory rules beside it.
 pub(super) fn totals(
-    types: &[LayerType],
+    type_of: impl Fn(usize) -> LayerType,
     latency: &[Option<f64>],
     energy: &[Option<f64>],
     memory: &MemoryPass,
@@ -917,7 +917,7 @@ pub(super) fn totals(
     let mut peak_memory_mib = peak.map_or(memory.resident_bytes, |(_, b)| b) as f64 / MIB;
     if let Some(c) = calibration.map(|c| c.correction) {
         let timed = || (0..memory.steps.len()).filter(|&i| memory.steps[i].executes && latency[i].is_some());
-        let weighted = timed().filter(|&i| types[i].is_weighted()).count();
+        let weighted = timed().filter(|&i| type_of(i).is_weighted()).count();
         peak_memory_mib = c.peak_memory_mib(peak_memory_mib, timed().count(), weighted);
     }
     // Summed largest first, as always (the same bits); inline for the small networks a NAS loop asks about.
