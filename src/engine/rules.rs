@@ -134,8 +134,9 @@ impl Plan {
     }
 
     /// Which layers write their output in the engine's blocked layout: `work_out`'s answer for these roles,
-    /// worked out once (until the roles change).
-    pub fn blocked_outputs(&self, work_out: impl FnOnce() -> Vec<bool>) -> &[bool] {
+    /// worked out once (until the roles change). The answer belongs to the engine whose rules made the plan, for
+    /// the network and analysis it was made of: only those rules ask.
+    pub(crate) fn blocked_outputs(&self, work_out: impl FnOnce() -> Vec<bool>) -> &[bool] {
         self.blocked.0.get_or_init(work_out)
     }
 

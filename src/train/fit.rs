@@ -317,7 +317,7 @@ impl Regressor for LinearRegressor {
                 })
                 .collect();
             let (fitted, b) = crate::train::lstsq::least_squares(&rows, y)
-                .ok_or_else(|| failed("linear", "no least-squares solution of these rows"))?;
+                .ok_or_else(|| failed("linear", "a feature or target is not finite, or fewer rows than unknowns"))?;
             for (&c, w) in columns.iter().zip(fitted) {
                 coefficients[c] = w;
             }

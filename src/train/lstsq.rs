@@ -1,7 +1,6 @@
 //! Ordinary least squares for the linear candidate: a Householder QR of the design matrix, then a one-sided
-//! Jacobi SVD of its small triangular factor, and the minimum-norm solution over the singular values above
-//! smartcore's threshold (collinear columns, as one-hot features beside the intercept are, get no weight of their
-//! own).
+//! Jacobi SVD of its small triangular factor, and the minimum-norm solution over the singular values above a
+//! threshold (collinear columns, as one-hot features beside the intercept are, get no weight of their own).
 //!
 //! Why not smartcore's `LinearRegression`, which perfmodel used before: its SVD solver decomposes the whole
 //! rows × (features + 1) matrix through a generic element accessor, and the linear candidate, fitted for every
@@ -10,13 +9,13 @@
 //! least-squares solution; its last bits differ from smartcore's.
 
 /// Coefficients `w` (one per column of `x`) and intercept `b` minimising `Σ (x_i · w + b - y_i)²`, the
-/// minimum-norm such solution when the columns and the intercept are collinear. `None` when there are no more
-/// rows than unknowns or the data are not finite.
+/// minimum-norm such solution when the columns and the intercept are collinear. `None` when there are fewer rows
+/// than unknowns or the data are not finite.
 pub fn least_squares(x: &[Vec<f64>], y: &[f64]) -> Option<(Vec<f64>, f64)> {
     let m = x.len();
     let d = x.first().map_or(0, Vec::len);
     let k = d + 1;
-    if m != y.len() || m <= k || x.iter().any(|r| r.len() != d) {
+    if m != y.len() || m < k || x.iter().any(|r| r.len() != d) {
         return None;
     }
     // Column-major, the intercept's column of ones last.
@@ -100,8 +99,11 @@ pub fn least_squares(x: &[Vec<f64>], y: &[f64]) -> Option<(Vec<f64>, f64)> {
     }
     let sigma: Vec<f64> = (0..k).map(|j| w[j * k..(j + 1) * k].iter().map(|x| x * x).sum::<f64>().sqrt()).collect();
     let largest = sigma.iter().copied().fold(0.0, f64::max);
-    // smartcore's cut: half of sqrt(rows + unknowns + 1) times the largest singular value times machine epsilon.
-    let tol = 0.5 * ((m + k) as f64 + 1.0).sqrt() * largest * f64::EPSILON;
+    // smartcore's cut (half of sqrt(rows + unknowns + 1) times the largest singular value times machine epsilon),
+    // 16 times over: standardised columns that are exactly proportional (a size in elements and in bytes) leave a
+    // singular value of rounding noise, which landed within 2x below smartcore's cut, and one above it would get
+    // a weight of 1e14. A direction 1e-12 as strong as the largest carries nothing f64 can fit.
+    let tol = 16.0 * 0.5 * ((m + k) as f64 + 1.0).sqrt() * largest * f64::EPSILON;
     let mut solution = vec![0.0; k];
     for j in 0..k {
         if sigma[j] <= tol {
@@ -171,8 +173,41 @@ mod tests {
     }
 
     #[test]
+    fn proportional_standardised_columns_get_no_runaway_weights() {
+        // A size and the same size in another unit (3.7 per element: not a power of two, so rounding differs),
+        // standardised as the linear candidate does: the second column is the first up to rounding.
+        let mut rng = ChaCha8Rng::seed_from_u64(4);
+        for m in [12, 200, 2000, 12000] {
+            let raw: Vec<[f64; 3]> = (0..m)
+                .map(|_| {
+                    let e = rng.random_range(1.0..5e6_f64).round();
+                    [e, 3.7 * e, rng.random_range(0.0..3.0)]
+                })
+                .collect();
+            let st = crate::train::model::Standardizer::fit(&raw.iter().map(|r| r.to_vec()).collect::<Vec<_>>());
+            let x: Vec<Vec<f64>> = raw.iter().map(|r| st.apply(r)).collect();
+            // With noise in the target, which has a part along the columns' rounding difference too.
+            let y: Vec<f64> = x.iter().map(|r| 3.0 * r[0] - r[2] + 0.5 + rng.random_range(-0.1..0.1)).collect();
+            let (w, b) = least_squares(&x, &y).unwrap();
+            assert!(w.iter().all(|w| w.abs() < 10.0), "{m} rows: {w:?}");
+            assert!((w[0] + w[1] - 3.0).abs() < 0.1 && (w[2] + 1.0).abs() < 0.1 && (b - 0.5).abs() < 0.1, "{w:?} {b}");
+        }
+    }
+
+    #[test]
+    fn as_many_rows_as_unknowns_are_solved_exactly() {
+        let x = vec![vec![1.0, 0.0], vec![0.0, 2.0], vec![3.0, 1.0]];
+        let y = [2.0, 3.0, 9.0];
+        let (w, b) = least_squares(&x, &y).unwrap();
+        for (r, y) in x.iter().zip(&y) {
+            assert!((b + r[0] * w[0] + r[1] * w[1] - y).abs() < 1e-12);
+        }
+    }
+
+    #[test]
     fn too_few_rows_or_non_finite_data_are_refused() {
-        assert!(least_squares(&[vec![1.0], vec![2.0]], &[1.0, 2.0]).is_none());
+        assert!(least_squares(&[vec![1.0]], &[1.0]).is_none());
+        assert!(least_squares(&[vec![1.0, 2.0], vec![2.0, 1.0]], &[1.0, 2.0]).is_none());
         assert!(least_squares(&[vec![1.0], vec![2.0], vec![f64::NAN]], &[1.0, 2.0, 3.0]).is_none());
         assert!(least_squares(&[vec![1.0], vec![2.0], vec![3.0]], &[1.0, f64::INFINITY, 3.0]).is_none());
     }

@@ -346,10 +346,12 @@ impl Predictors {
     }
 
     fn insert(&mut self, layer_type: LayerType, metric: Metric, predictor: Predictor) {
-        if self.slots.is_empty() {
-            self.slots.resize(LayerType::ALL.len() * Metric::ALL.len(), None);
+        let slot = Self::slot(layer_type, metric);
+        let len = (LayerType::ALL.len() * Metric::ALL.len()).max(slot + 1);
+        if self.slots.len() < len {
+            self.slots.resize(len, None);
         }
-        self.slots[Self::slot(layer_type, metric)] = Some(predictor);
+        self.slots[slot] = Some(predictor);
     }
 
     /// The predictors, ordered by layer type, then metric.
@@ -368,7 +370,7 @@ impl Predictors {
             .iter()
             .enumerate()
             .filter(|(_, p)| p.is_some())
-            .map(move |(i, _)| (LayerType::ALL[i / metrics], Metric::ALL[i % metrics]))
+            .filter_map(move |(i, _)| Some((*LayerType::ALL.get(i / metrics)?, Metric::ALL[i % metrics])))
     }
 }
 
