@@ -83,8 +83,9 @@ pub struct Plan {
     roles: Vec<Role>,
     /// How many layers read each layer's output.
     consumers: Vec<u32>,
-    /// Which layers write their output in the engine's blocked layout, once an engine's rules have worked it out
-    /// for these roles: several passes ask, and working it out walks the whole plan.
+    /// Which layers write their output in the engine's blocked layout: as planning worked it out, layer by
+    /// layer (each layer's answer reads only its own role and the layers before), and worked out again after
+    /// [`Plan::run_add_alone`] changes a role. Several passes ask, and working it out walks the whole plan.
     blocked: BlockedOutputs,
 }
 
@@ -133,8 +134,8 @@ impl Plan {
         self.consumers[i]
     }
 
-    /// Which layers write their output in the engine's blocked layout: `work_out`'s answer for these roles,
-    /// worked out once (until the roles change). The answer belongs to the engine whose rules made the plan, for
+    /// Which layers write their output in the engine's blocked layout: planning's answer, or `work_out`'s for
+    /// these roles once they have changed since. The answer belongs to the engine whose rules made the plan, for
     /// the network and analysis it was made of: only those rules ask.
     pub(crate) fn blocked_outputs(&self, work_out: impl FnOnce() -> Vec<bool>) -> &[bool] {
         self.blocked.0.get_or_init(work_out)
@@ -486,7 +487,7 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
             roles.push(role);
             blocked.push(self.output_blocked(net, analysis, &roles, &blocked, i));
         }
-        Plan { roles, consumers, blocked: BlockedOutputs::default() }
+        Plan { roles, consumers, blocked: BlockedOutputs(blocked.into()) }
     }
 
     /// The layer whose kernel applies layer `i` (an activation the kernel fuses, a batch norm after a linear

@@ -135,7 +135,7 @@ impl OnnxRuntime {
 
     /// Which layers' outputs are in ONNX Runtime's blocked layout in `net`, in order
     /// ([`EngineRules::output_blocked`] of each).
-    /// Worked out once per plan ([`Plan::blocked_outputs`]).
+    /// Planning's answer, worked out again only when a role changed since ([`Plan::blocked_outputs`]).
     fn converted<'p>(&self, net: &Network, analysis: &Analysis, plan: &'p Plan) -> &'p [bool] {
         plan.blocked_outputs(|| {
             let roles = plan.roles();
