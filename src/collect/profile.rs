@@ -401,7 +401,8 @@ impl DeviceProfile {
             merged.l1d_bytes = merged.l1d_bytes.or(r.l1d_bytes);
             merged.l2_bytes = merged.l2_bytes.or(r.l2_bytes);
             merged.l3_bytes = merged.l3_bytes.or(r.l3_bytes);
-            merged.cpus = merged.cpus.or(r.cpus);
+            // The recorded count stands: a collection pinned to fewer CPUs runs on the same machine.
+            merged.cpus = r.cpus.or(merged.cpus);
         }
         let table = fingerprint_table(&merged, &self.name)?;
         doc.insert("fingerprint", toml_edit::Item::Table(table));
@@ -555,6 +556,24 @@ max_cv = 0.2
         let before = std::fs::read_to_string(dir.path().join("t.toml")).unwrap();
         assert!(foreign.record_host(Fingerprint::of_host()).is_err());
         assert_eq!(std::fs::read_to_string(dir.path().join("t.toml")).unwrap(), before);
+    }
+
+    #[test]
+    fn filling_in_the_host_from_a_pinned_process_keeps_the_recorded_cpu_count() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("t.toml"), MINIMAL).unwrap();
+        let mut p = DeviceProfile::load(dir.path(), "t").unwrap();
+        let host = Fingerprint::of_host();
+        // Recorded by hand from the machine's description: the family and 4 CPUs, no caches.
+        p.fingerprint =
+            Some(Fingerprint { arch: host.arch.clone(), family: host.family, cpus: Some(4), ..Default::default() });
+        // A collection under `taskset -c 0` sees one CPU of the same machine.
+        let pinned = Fingerprint { cpus: Some(1), ..host.clone() };
+        assert!(p.record_host(&pinned).unwrap());
+        let again = DeviceProfile::load(dir.path(), "t").unwrap();
+        let recorded = again.fingerprint.unwrap();
+        assert_eq!(recorded.cpus, Some(4));
+        assert_eq!(recorded.l2_bytes, host.l2_bytes);
     }
 
     #[test]

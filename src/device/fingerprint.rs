@@ -54,7 +54,8 @@ pub struct Fingerprint {
     /// Last-level (level-3) cache, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub l3_bytes: Option<u64>,
-    /// Logical CPUs available to perfmodel.
+    /// Logical CPUs the machine has online (not how many this process may use: `taskset` or a cgroup limits
+    /// that on the same machine).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus: Option<usize>,
 }
@@ -79,7 +80,10 @@ impl Fingerprint {
         static HOST: std::sync::OnceLock<Fingerprint> = std::sync::OnceLock::new();
         HOST.get_or_init(|| {
             let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-            Fingerprint::read(&cpuinfo, Path::new("/sys/devices/system/cpu/cpu0/cache"), host_cpus())
+            let online =
+                cpuinfo.lines().filter(|l| l.split(':').next().is_some_and(|k| k.trim() == "processor")).count();
+            let cpus = if online > 0 { online } else { host_cpus() };
+            Fingerprint::read(&cpuinfo, Path::new("/sys/devices/system/cpu/cpu0/cache"), cpus)
         })
     }
 
