@@ -202,7 +202,17 @@ impl OnnxRuntime {
                 None
             }
         };
-        let keeps = keeps_blocked_kernels(n, &kernel, &keeps_alone, &readers);
+        // A tensor read as the sum input of a blocked convolution that reads its own input plain (fewer channels
+        // than a block) stays blocked: the sum follows the convolution's output layout, not its input's. On an
+        // AVX-512 host, NASNet-Mobile's 11-channel reduction branches add into such a convolution and ONNX
+        // Runtime writes no reorder for the other branch.
+        let sum_into_plain_input = |k: usize, c: usize| match plan.role(c) {
+            Role::Inside { owner, via, fusion: Fusion::ResidualAdd } => {
+                kernel(via) != k && self.reads_plain_input(net, analysis, owner)
+            }
+            _ => false,
+        };
+        let keeps = keeps_blocked_kernels(n, &kernel, &keeps_alone, &sum_into_plain_input, &readers);
         // Plain tensors (the network's input last) a blocked layer has converted for itself so far.
         let mut reordered = vec![false; n + 1];
         for (i, conversions) in saved.iter_mut().enumerate() {
@@ -260,7 +270,10 @@ impl OnnxRuntime {
                 conversions.input_bytes = input_elems * 4;
             }
             // Here its output stays blocked when every reader keeps the blocked layout.
-            if paid_out && !readers.get(i).is_empty() && readers.get(i).iter().all(|&c| keeps[kernel(c)]) {
+            if paid_out
+                && !readers.get(i).is_empty()
+                && readers.get(i).iter().all(|&c| sum_into_plain_input(i, c) || keeps[kernel(c)])
+            {
                 conversions.output = true;
             }
         }
@@ -298,10 +311,12 @@ fn kernel_of(plan: &Plan, k: usize) -> usize {
 /// Per kernel, whether it keeps a blocked tensor it reads: `alone(k)` when that settles it, else when every reader
 /// of its output (`readers[k]`, layers) does, through their kernels. Walked depth-first with a stack of its own
 /// (a chain of thousands of element-wise layers is as deep); a kernel met again on its own path keeps nothing.
+/// `kept_by_reader(k, c)`: layer `c` keeps what kernel `k` writes whatever its kernel does with its other inputs.
 fn keeps_blocked_kernels(
     n: usize,
     kernel: &dyn Fn(usize) -> usize,
     alone: &dyn Fn(usize) -> Option<bool>,
+    kept_by_reader: &dyn Fn(usize, usize) -> bool,
     readers: &Groups,
 ) -> Vec<bool> {
     let mut known: Vec<Option<bool>> = vec![None; n];
@@ -317,9 +332,15 @@ fn keeps_blocked_kernels(
             let settled = if next == 0 { alone(k) } else { None };
             let answer = match settled {
                 Some(answer) => Some(answer),
-                None => match readers.get(k).get(next).map(|&r| kernel(r)) {
+                None => match readers.get(k).get(next).map(|&c| (c, kernel(c))) {
                     None => Some(true),
-                    Some(r) => match known[r] {
+                    Some((c, _)) if kept_by_reader(k, c) => {
+                        if let Some(top) = stack.last_mut() {
+                            top.1 += 1;
+                        }
+                        None
+                    }
+                    Some((_, r)) => match known[r] {
                         Some(true) => {
                             if let Some(top) = stack.last_mut() {
                                 top.1 += 1;
