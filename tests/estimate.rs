@@ -1521,3 +1521,20 @@ fn a_layer_run_inside_another_without_a_model_of_its_own_is_uncovered_not_free()
     assert!(v["uncovered"].as_array().unwrap().is_empty(), "{v}");
     assert!(close(v["total"]["latency_ms"].as_f64().unwrap(), 0.875), "{v}");
 }
+
+/// An ONNX Runtime store records no machine (its features follow from the shapes and the device's NCHWc block), so
+/// it is never listed as trained on this one: on an AVX-512 host every shipped ONNX Runtime device was, the AVX2
+/// host's `zen3-ort` first.
+#[test]
+fn onnx_runtime_stores_are_not_counted_as_trained_on_this_machine() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let collectors = root.join("collectors");
+    let here = perfmodel::train::store::devices_trained_here(&root.join("models"));
+    let ort: Vec<&String> = here
+        .iter()
+        .filter(|d| perfmodel::collect::DeviceProfile::load(&collectors, d).is_ok_and(|p| p.executor == "onnxruntime"))
+        .collect();
+    assert!(ort.is_empty(), "counted as trained here: {ort:?}");
+    let store = perfmodel::train::store::ModelStore::open(&root.join("models"), "zen4-ort").unwrap();
+    assert!(!store.trained_here() && store.trained_elsewhere().is_none());
+}

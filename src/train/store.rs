@@ -496,9 +496,12 @@ impl ModelStore {
         self.predictors.values().filter_map(|p| p.engine_features()).find(|e| !e.applies()).map(|e| e.machine())
     }
 
-    /// Whether the models record the machine they were trained on and it is this one.
+    /// Whether the models record the machine they were trained on and it is this one. Only tract's answers record
+    /// a machine (its kernels and cache sizes); ONNX Runtime's features follow from the shape and the device's
+    /// NCHWc block, which many machines share, so such a store records none.
     pub fn trained_here(&self) -> bool {
-        self.predictors.values().any(|p| p.engine_features().is_some()) && self.trained_elsewhere().is_none()
+        self.predictors.values().any(|p| p.engine_features().is_some_and(|e| e.shape.asks_tract()))
+            && self.trained_elsewhere().is_none()
     }
 
     /// What of tract's answers where the models were trained they record, when every record is this machine's
