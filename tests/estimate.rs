@@ -666,12 +666,8 @@ struct CalibrateSetup {
 impl CalibrateSetup {
     fn new() -> CalibrateSetup {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        // A tract device: the engine structure checked below is measured with tract.
-        let tract = |d: &String| {
-            perfmodel::collect::DeviceProfile::load(&root.join("collectors"), d).is_ok_and(|p| p.executor == "tract")
-        };
-        let trained_here: Vec<String> =
-            perfmodel::train::store::devices_trained_here(&root.join("models")).into_iter().filter(tract).collect();
+        // Only tract's stores record a machine: the engine structure checked below is measured with tract.
+        let trained_here = perfmodel::train::store::devices_trained_here(&root.join("models"));
         let device = trained_here.first().map_or("local", String::as_str).to_string();
         let dir = tempfile::tempdir().unwrap();
         let models = dir.path().join("models").join(&device);

@@ -334,20 +334,16 @@ fn keeps_blocked_kernels(
                 Some(answer) => Some(answer),
                 None => match readers.get(k).get(next).map(|&c| (c, kernel(c))) {
                     None => Some(true),
-                    Some((c, _)) if kept_by_reader(k, c) => {
-                        if let Some(top) = stack.last_mut() {
-                            top.1 += 1;
-                        }
-                        None
-                    }
-                    Some((_, r)) => match known[r] {
-                        Some(true) => {
+                    Some((c, r)) => match known[r] {
+                        // This reader keeps it: count the next.
+                        kept if kept == Some(true) || kept_by_reader(k, c) => {
                             if let Some(top) = stack.last_mut() {
                                 top.1 += 1;
                             }
                             None
                         }
-                        Some(false) => Some(false),
+                        // Known not to keep it (a kernel known to keep it was counted above).
+                        Some(_) => Some(false),
                         None if on_path[r] => Some(false),
                         None => {
                             // Its answer comes back to `next`, which is still to be counted.
