@@ -281,6 +281,11 @@ impl Rounds {
         self.wall.len()
     }
 
+    /// The wall time of the last run.
+    pub(super) fn last_ms(&self) -> Option<f64> {
+        self.wall.last().copied()
+    }
+
     /// The median wall time of the runs so far.
     pub(super) fn median_ms(&self) -> Option<f64> {
         median(&self.wall)

@@ -40,7 +40,45 @@ pub(in crate::engine) struct OrtNetworkBench<'a> {
     scratch: tempfile::TempDir,
     memory: Memory,
     rounds: Rounds,
-    instrumented_runs: usize,
+    /// Every run of the profiled session after its build, in order: whether it is one of the instrumented runs
+    /// (`finish` keeps those) or a warm-up run before one.
+    profiled_runs: Vec<bool>,
+    /// The last run of each session, in ms: how much warm-up the next one needs ([`settle`]).
+    timed_last_ms: f64,
+    profiled_last_ms: f64,
+}
+
+/// How long a session runs back to back, warm-up and counted run together, before a run that counts: after
+/// another network's turn (or the speed probe) ONNX Runtime takes 1.2-1.4 ms of its own runs to come back to
+/// its steady state on a sub-ms network (MNIST CNN 2.9x slower on the first run, within 5% from the sixth;
+/// an MLP of 0.04 ms 6.9x, within 5% after 20 runs), against one run for tract. The profiled session is a
+/// second copy of the weights, so its run does not warm the timed one. A network of 3 ms or more needs none.
+const SETTLE_MS: f64 = 3.0;
+
+/// Run `workload` untimed until the runs plus one more take [`SETTLE_MS`]; `last_ms` is the time of its last
+/// run and is kept up to date. Returns how many runs it made.
+fn settle(workload: &mut OrtWorkload, last_ms: &mut f64) -> Result<usize> {
+    let mut warmed_ms = 0.0;
+    let mut runs = 0;
+    while warmed_ms + *last_ms < SETTLE_MS {
+        let start = std::time::Instant::now();
+        crate::engine::Workload::run(workload)?;
+        *last_ms = start.elapsed().as_secs_f64() * 1e3;
+        warmed_ms += *last_ms;
+        runs += 1;
+    }
+    Ok(runs)
+}
+
+/// Run `workload` `runs + 1` times and return the last run's time in ms.
+fn warm_up(workload: &mut OrtWorkload, runs: usize) -> Result<f64> {
+    let mut last_ms = 0.0;
+    for _ in 0..=runs {
+        let start = std::time::Instant::now();
+        workload.run_outputs()?;
+        last_ms = start.elapsed().as_secs_f64() * 1e3;
+    }
+    Ok(last_ms)
 }
 
 /// The session that profiles node by node, and where its nodes' time goes.
@@ -85,7 +123,9 @@ impl<'a> OrtNetworkBench<'a> {
             scratch,
             memory,
             rounds: Rounds::new(rounds),
-            instrumented_runs: 0,
+            profiled_runs: Vec::new(),
+            timed_last_ms: 0.0,
+            profiled_last_ms: 0.0,
         };
         if !executor.spins() {
             bench.build_profiled()?;
@@ -101,9 +141,7 @@ impl<'a> OrtNetworkBench<'a> {
     /// The plain session, warmed up.
     fn build_timed(&mut self) -> Result<()> {
         let mut timed = self.executor.network_workload(self.network)?;
-        for _ in 0..=self.warmup {
-            timed.run_outputs()?;
-        }
+        self.timed_last_ms = warm_up(&mut timed, self.warmup)?;
         self.timed = Some(timed);
         Ok(())
     }
@@ -118,9 +156,7 @@ impl<'a> OrtNetworkBench<'a> {
         let mut workload = OrtWorkload::build(self.executor, &self.exported, &what, |b| {
             b.with_optimized_model_path(&optimized)?.with_profiling(&prefix)
         })?;
-        for _ in 0..=self.warmup {
-            workload.run_outputs()?;
-        }
+        self.profiled_last_ms = warm_up(&mut workload, self.warmup)?;
         let graph = read_optimized(&optimized, &what)?;
         let layer_of_node = attribute(&graph, &self.exported.owners, self.network);
         self.profiled = Some(Profiled { workload, layer_of_node });
@@ -398,17 +434,34 @@ fn runs_in_profile(trace: &serde_json::Value) -> Vec<HashMap<String, f64>> {
     runs.into_iter().map(|(_, _, nodes)| nodes).collect()
 }
 
+/// The instrumented runs among the profile's `runs` (in order): the profile also holds the build's warm-up runs
+/// (the first pays for the session's first allocations), then one run per entry of `kinds` (true for an
+/// instrumented run, false for a warm-up run before one).
+fn instrumented<'r>(runs: &'r [HashMap<String, f64>], kinds: &[bool]) -> Vec<&'r HashMap<String, f64>> {
+    let ours = &runs[runs.len().saturating_sub(kinds.len())..];
+    let kinds = &kinds[kinds.len() - ours.len()..];
+    ours.iter().zip(kinds).filter(|(_, &counted)| counted).map(|(run, _)| run).collect()
+}
+
 impl NetworkBench for OrtNetworkBench<'_> {
     fn timed_run(&mut self) -> Result<()> {
         let Some(timed) = self.timed.as_mut() else { return Err(self.no_timed_session()) };
-        self.rounds.time(|| crate::engine::Workload::run(timed))
+        self.rounds.time(|| crate::engine::Workload::run(timed))?;
+        self.timed_last_ms = self.rounds.last_ms().unwrap_or(self.timed_last_ms);
+        Ok(())
     }
 
+    /// At least one plain run, and as many as [`settle`] needs.
     fn untimed_run(&mut self) -> Result<()> {
         let Some(timed) = self.timed.as_mut() else { return Err(self.no_timed_session()) };
-        crate::engine::Workload::run(timed)
+        if settle(timed, &mut self.timed_last_ms)? == 0 {
+            crate::engine::Workload::run(timed)?;
+        }
+        Ok(())
     }
 
+    /// The profiled session settled ([`settle`]: its warm-up runs are profiled too and left out by `finish`)
+    /// and run once, then the timed session settled for the timed run that follows.
     fn instrumented_run(&mut self) -> Result<()> {
         if self.profiled.is_none() {
             // Kept one at a time: the timed session's threads go before the profiled session's come.
@@ -418,8 +471,15 @@ impl NetworkBench for OrtNetworkBench<'_> {
         let what = self.what();
         let profiled =
             self.profiled.as_mut().ok_or_else(|| Error::Executor(format!("{what}: no profiled session was built")))?;
+        let warm = settle(&mut profiled.workload, &mut self.profiled_last_ms)?;
+        self.profiled_runs.extend(std::iter::repeat_n(false, warm));
+        let start = std::time::Instant::now();
         crate::engine::Workload::run(&mut profiled.workload)?;
-        self.instrumented_runs += 1;
+        self.profiled_last_ms = start.elapsed().as_secs_f64() * 1e3;
+        self.profiled_runs.push(true);
+        if let Some(timed) = self.timed.as_mut() {
+            settle(timed, &mut self.timed_last_ms)?;
+        }
         Ok(())
     }
 
@@ -441,8 +501,7 @@ impl NetworkBench for OrtNetworkBench<'_> {
             }
             None => Vec::new(),
         };
-        // The first profiled run also pays for the session's first allocations; keep the last `instrumented_runs`.
-        let runs = &runs[runs.len().saturating_sub(self.instrumented_runs)..];
+        let runs = instrumented(&runs, &self.profiled_runs);
         let layer_of_node = self.profiled.as_ref().map(|p| &p.layer_of_node);
         // On several threads a run profiled node by node takes longer than a plain one (each node's end is
         // waited for and written down while the pool waits): MobileNetV3-small on 2 threads, 2.21 ms profiled, its
@@ -515,6 +574,20 @@ impl NetworkBench for OrtNetworkBench<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_instrumented_runs_of_a_profile_count() {
+        let run = |ms: f64| HashMap::from([("conv".to_string(), ms)]);
+        // Two build warm-up runs, then warm-up, counted, warm-up, warm-up, counted.
+        let runs: Vec<_> = [9.0, 8.0, 7.0, 1.0, 6.0, 5.0, 2.0].into_iter().map(run).collect();
+        let kinds = [false, true, false, false, true];
+        let kept: Vec<f64> = instrumented(&runs, &kinds).iter().map(|r| r["conv"]).collect();
+        assert_eq!(kept, [1.0, 2.0]);
+        // A profile that lost runs (fewer than recorded): the latest ones are matched with the latest kinds.
+        let kept: Vec<f64> = instrumented(&runs[5..], &kinds).iter().map(|r| r["conv"]).collect();
+        assert_eq!(kept, [2.0]);
+        assert!(instrumented(&[], &kinds).is_empty());
+    }
 
     #[test]
     fn a_product_named_after_an_add_is_the_convolution_the_add_is_fused_into() {
