@@ -1078,14 +1078,39 @@ fn a_residual_add_runs_inside_a_convolution_where_tract_puts_it_with_the_shipped
               {"name": "e_bn3", "type": "batch_norm"},
               {"name": "e_add", "type": "add", "inputs": ["e_pool", "e_bn3"]},
               {"name": "e_c", "type": "conv2d", "filters": 64, "kernel": [1,1]}"#;
+    // As PyTorch exports ResNet v1 (batch norms folded, the add written (residual, shortcut)): f_, an identity
+    // block, and g_, a projection block, both with a ReLU after the add. tract takes the add and the ReLU into
+    // the product of the add's first input: f_c3, and g_c3 although g_c0 is computed first.
+    let torch = r#"{"name": "f_c1", "type": "conv2d", "filters": 64, "kernel": [1,1], "activation": "relu", "inputs": ["d_out"]},
+              {"name": "f_c3", "type": "conv2d", "filters": 256, "kernel": [1,1]},
+              {"name": "f_add", "type": "add", "inputs": ["f_c3", "d_out"]},
+              {"name": "f_out", "type": "activation", "function": "relu"},
+              {"name": "g_c0", "type": "conv2d", "filters": 256, "kernel": [1,1], "inputs": ["f_out"]},
+              {"name": "g_c1", "type": "conv2d", "filters": 64, "kernel": [1,1], "activation": "relu", "inputs": ["f_out"]},
+              {"name": "g_c3", "type": "conv2d", "filters": 256, "kernel": [1,1]},
+              {"name": "g_add", "type": "add", "inputs": ["g_c3", "g_c0"]},
+              {"name": "g_out", "type": "activation", "function": "relu"},
+              {"name": "g_c", "type": "conv2d", "filters": 64, "kernel": [1,1]}"#;
+    // A k×k convolution ends in a reshape of its own: h_, ResNet-18's block (a 3x3 convolution first), runs add
+    // and ReLU as a chain; i_, a 1x1 convolution's add of a 3x3 convolution's output, a node of its own.
+    let spatial = r#"{"name": "h_c1", "type": "conv2d", "filters": 64, "kernel": [1,1], "activation": "relu", "inputs": ["g_out"]},
+              {"name": "h_c3", "type": "conv2d", "filters": 256, "kernel": [3,3], "padding": "same"},
+              {"name": "h_add", "type": "add", "inputs": ["h_c3", "g_out"]},
+              {"name": "h_out", "type": "activation", "function": "relu"},
+              {"name": "i_s", "type": "conv2d", "filters": 256, "kernel": [3,3], "padding": "same"},
+              {"name": "i_p", "type": "conv2d", "filters": 256, "kernel": [1,1]},
+              {"name": "i_add", "type": "add", "inputs": ["i_p", "i_s"]},
+              {"name": "i_c", "type": "conv2d", "filters": 64, "kernel": [1,1]}"#;
     let net = |groups: usize| {
         format!(
-            r#"{{"name": "res", "batch_size": 1, "input_shape": [64, 28, 28], "layers": [{}, {}, {}, {}, {}]}}"#,
+            r#"{{"name": "res", "batch_size": 1, "input_shape": [64, 28, 28], "layers": [{}, {}, {}, {}, {}, {}, {}]}}"#,
             proj("a_", "input", groups),
             ident("b_", "a_out", true),
             ident("c_", "b_out", false),
             ident("d_", "c_add", true),
-            pooled
+            pooled,
+            torch,
+            spatial
         )
     };
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -1138,6 +1163,18 @@ fn a_residual_add_runs_inside_a_convolution_where_tract_puts_it_with_the_shipped
     assert!(nodes("c_c3").iter().any(|(name, op)| name.starts_with("c_add") && op == "OptMatMul"), "{trace}");
     assert!(nodes("b_out").iter().any(|(_, op)| op.contains("BinChain")), "{trace}");
     assert!(!nodes("e_add").is_empty(), "{trace}");
+    // PyTorch's order: the add and its ReLU in the first input's product, in the trace and in the estimate.
+    for (block, conv) in [("f_", "f_c3"), ("g_", "g_c3")] {
+        let (add, out) = (format!("{block}add"), format!("{block}out"));
+        assert!(nodes(&add).is_empty() && nodes(&out).is_empty(), "{trace}");
+        assert!(nodes(conv).iter().any(|(name, op)| name.starts_with(&out) && op == "OptMatMul"), "{trace}");
+        assert_eq!((predictor(&res, &add), predictor(&res, &out)), (format!("fused:{conv}"), format!("fused:{conv}")));
+        assert!(predictor(&res, conv).ends_with(&format!("+add:{add}")), "{res}");
+    }
+    assert!(nodes("h_out").iter().any(|(_, op)| op.contains("BinChain")) && !nodes("i_add").is_empty(), "{trace}");
+    for layer in ["h_add", "h_out", "i_add"] {
+        assert!(!predictor(&res, layer).starts_with("fused"), "{layer}: {res}");
+    }
 }
 
 #[test]

@@ -89,16 +89,21 @@ impl EngineRules for Tract {
     /// as its only reader (`ops/matmul/optimized.rs`), after the batch norm and activation it already took in.
     /// The product keeps its output as a matrix (channels × pixels) until a reshape, which tract pushes past the
     /// add only when the add's other input has that form too, i.e. comes from products through element-wise
-    /// layers; and an add whose only reader is an activation with one product input forms an element-wise chain
-    /// with it instead. Traced on tract's plans: ResNet v1's projection block (a product on each side, then a
-    /// ReLU) runs add and ReLU in the shortcut's product; its identity block (the other side the previous block's
-    /// output) runs them as one `OptBinChain(Add+Max)` node; without the ReLU (ResNet v2, MobileNet v2) the add
-    /// joins the product; Xception's (the other side a max pooling) is an `OptAddUnicast` node. So: an add of two
-    /// same-shaped inputs, one of which is an ungrouped convolution (or the batch norm folded into it, or an
-    /// activation its kernel applies) that only the add reads, the other of which comes from an ungrouped
-    /// convolution through element-wise layers; not when the add's only reader is an activation, unless both
-    /// inputs are such convolutions. Of two, the one computed first: in whole-network runs of ResNet-50 v1 the
-    /// projection shortcut's node took 2.0 ms and the main path's identical 1×1 convolution 0.84 ms, the add 0 ms.
+    /// layers; a k×k convolution (lazy or explicit im2col, direct) ends in a reshape of its own, so neither takes
+    /// an add nor gives the other side that form. Which product takes the add follows the add's input order, not
+    /// the order of computation: the
+    /// first input's product when it is one; the second's only when no activation alone reads the add, for an
+    /// add followed by an activation whose first input is no product forms an element-wise chain with it instead.
+    /// Traced on tract's plans: Keras's ResNet v1 writes `Add([shortcut, residual])`, so its projection block (a
+    /// product on each side, then a ReLU) runs add and ReLU in the shortcut's product, and its identity block
+    /// (the shortcut the previous block's output) runs them as one `OptBinChain(Add+Max)` node; PyTorch's
+    /// exported ResNets add `(residual, shortcut)`, and both blocks run add and ReLU in the residual branch's
+    /// last convolution (a projection block written `(residual, shortcut)` too, though its shortcut is computed
+    /// first); ResNet-18's blocks end in 3×3 convolutions and run `Add+Max` chains. Without the ReLU (ResNet v2,
+    /// MobileNet v2) the add joins a product on either side; Xception's (the other side a max pooling) and
+    /// MobileNetV3's first block (the other side the 3×3 stem) are `OptAddUnicast` nodes. In whole-network runs of
+    /// ResNet-50 v1 the projection
+    /// shortcut's node took 2.0 ms and the main path's identical 1×1 convolution 0.84 ms, the add 0 ms.
     fn residual_adds(&self, net: &Network, analysis: &Analysis, consumers: &[u32]) -> Vec<Option<(usize, usize)>> {
         let n = net.layers.len();
         let mut into = vec![None; n];
@@ -115,7 +120,11 @@ impl EngineRules for Tract {
                     return None;
                 }
                 match (&net.layers[j].op, analysis.sources[j].as_slice()) {
-                    (Op::Conv2d(c), _) if c.groups == 1 => {
+                    // Only a 1×1 convolution is one product whose output is the matrix the add can join; a
+                    // k×k one ends in a reshape of its own (ResNet-18's 3×3 convolutions: `Add+Max` chains).
+                    (Op::Conv2d(c), _)
+                        if c.groups == 1 && conv_lowering(analysis.config(j)) == Some(ConvLowering::Pointwise) =>
+                    {
                         let takes_in =
                             if after_bn { c.activation == Activation::Linear } else { fuses_into_kernel(c.activation) };
                         return takes_in.then_some(j);
@@ -139,7 +148,8 @@ impl EngineRules for Tract {
                 !srcs.is_empty() && srcs.iter().all(|s| matches!(s, Source::Layer(j) if from_products[*j]))
             };
             from_products[i] = match &layer.op {
-                Op::Conv2d(c) => c.groups == 1,
+                // A k×k convolution's output is reshaped back to an image by its own node (above).
+                Op::Conv2d(c) => c.groups == 1 && conv_lowering(analysis.config(i)) == Some(ConvLowering::Pointwise),
                 Op::Activation(a) => *a != Activation::Softmax && all_from_products(&analysis.sources[i]),
                 Op::BatchNorm | Op::Add | Op::Multiply | Op::Dropout { .. } => all_from_products(&analysis.sources[i]),
                 _ => false,
@@ -174,9 +184,8 @@ impl EngineRules for Tract {
             }
             let [Source::Layer(a), Source::Layer(b)] = analysis.sources[i].as_slice() else { continue };
             into[i] = match (conv_of(*a), conv_of(*b)) {
-                (Some(x), Some(y)) if x < y => Some((x, 0)),
-                (Some(_), Some(y)) => Some((y, 1)),
-                (Some(x), None) if from_products[*b] && !chained => Some((x, 0)),
+                (Some(x), Some(_)) => Some((x, 0)),
+                (Some(x), None) if from_products[*b] => Some((x, 0)),
                 (None, Some(y)) if from_products[*a] && !chained => Some((y, 1)),
                 _ => None,
             };
