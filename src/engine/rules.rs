@@ -782,9 +782,10 @@ mod tests {
 
     #[test]
     fn an_add_run_alone_leaves_another_convolution_s_add_inside_it() {
-        // a1 runs inside p; a2 inside q, reached through a ReLU that runs (a dropout stands between it and q).
+        // a1 runs inside p; a2 inside q, reached through a ReLU that runs (a dropout stands between it and q). s is
+        // 1x1: a k×k convolution's output is no product's matrix, and an add of it runs alone.
         let text = r#"{"name": "two_adds", "input_shape": [8, 8, 8], "layers": [
-            {"name": "s", "type": "conv2d", "filters": 8, "kernel": [3, 3], "padding": "same", "activation": "relu"},
+            {"name": "s", "type": "conv2d", "filters": 8, "kernel": [1, 1], "activation": "relu"},
             {"name": "p", "type": "conv2d", "filters": 8, "kernel": [1, 1]},
             {"name": "a1", "type": "add", "inputs": ["s", "p"]},
             {"name": "q", "type": "conv2d", "filters": 8, "kernel": [1, 1]},
