@@ -35,14 +35,16 @@ pub fn least_squares(x: &[Vec<f64>], y: &[f64]) -> Option<(Vec<f64>, f64)> {
     for j in 0..k {
         let (done, rest) = a.split_at_mut((j + 1) * m);
         let col = &mut done[j * m..];
-        let norm = col[j..].iter().map(|v| v * v).sum::<f64>().sqrt();
-        if norm == 0.0 {
+        let squared = col[j..].iter().map(|v| v * v).sum::<f64>();
+        if squared == 0.0 {
             continue;
         }
+        let norm = squared.sqrt();
         let alpha = if col[j] > 0.0 { -norm } else { norm };
-        // v = col[j..] - alpha e_1, kept in place of the column; H = I - 2 v vᵀ / (vᵀ v).
+        // v = col[j..] - alpha e_1, kept in place of the column; H = I - 2 v vᵀ / (vᵀ v), where vᵀ v = |x|² -
+        // 2 alpha x_j + alpha² = 2 (|x|² - alpha x_j), both terms positive (alpha has the sign opposite x_j).
+        let vv = 2.0 * (squared - alpha * col[j]);
         col[j] -= alpha;
-        let vv = col[j..].iter().map(|v| v * v).sum::<f64>();
         let v = &col[j..];
         let reflect = |target: &mut [f64]| {
             let dot = v.iter().zip(target.iter()).map(|(a, b)| a * b).sum::<f64>();
