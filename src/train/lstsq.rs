@@ -42,7 +42,7 @@ pub fn least_squares(x: &[Vec<f64>], y: &[f64]) -> Option<(Vec<f64>, f64)> {
         let norm = squared.sqrt();
         let alpha = if col[j] > 0.0 { -norm } else { norm };
         // v = col[j..] - alpha e_1, kept in place of the column; H = I - 2 v vᵀ / (vᵀ v), where vᵀ v = |x|² -
-        // 2 alpha x_j + alpha² = 2 (|x|² - alpha x_j), both terms positive (alpha has the sign opposite x_j).
+        // 2 alpha x_j + alpha² = 2 (|x|² - alpha x_j), with -alpha x_j >= 0 (alpha has the sign opposite x_j).
         let vv = 2.0 * (squared - alpha * col[j]);
         col[j] -= alpha;
         let v = &col[j..];

@@ -55,30 +55,31 @@ pub(in crate::engine) struct OrtNetworkBench<'a> {
 /// second copy of the weights, so its run does not warm the timed one. A network of 3 ms or more needs none.
 const SETTLE_MS: f64 = 3.0;
 
-/// Run `workload` untimed until the runs plus one more take [`SETTLE_MS`]; `last_ms` is the time of its last
-/// run and is kept up to date. Returns how many runs it made.
+/// Most untimed runs [`settle`] makes at once (a clock that reads 0 ms would otherwise never let it stop).
+const SETTLE_MAX_RUNS: usize = 10_000;
+
+/// Run `workload` untimed until these runs and the one that counts next (taken to last as long as `last_ms`,
+/// the time of its last run, kept up to date) take [`SETTLE_MS`]. Returns how many runs it made.
 fn settle(workload: &mut OrtWorkload, last_ms: &mut f64) -> Result<usize> {
-    let mut warmed_ms = 0.0;
+    let begun = std::time::Instant::now();
     let mut runs = 0;
-    while warmed_ms + *last_ms < SETTLE_MS {
+    while begun.elapsed().as_secs_f64() * 1e3 + *last_ms < SETTLE_MS && runs < SETTLE_MAX_RUNS {
         let start = std::time::Instant::now();
         crate::engine::Workload::run(workload)?;
         *last_ms = start.elapsed().as_secs_f64() * 1e3;
-        warmed_ms += *last_ms;
         runs += 1;
     }
     Ok(runs)
 }
 
-/// Run `workload` `runs + 1` times and return the last run's time in ms.
+/// Run `workload` `runs + 1` times and return the time of the last run, a plain one as [`settle`] times.
 fn warm_up(workload: &mut OrtWorkload, runs: usize) -> Result<f64> {
-    let mut last_ms = 0.0;
-    for _ in 0..=runs {
-        let start = std::time::Instant::now();
+    for _ in 0..runs {
         workload.run_outputs()?;
-        last_ms = start.elapsed().as_secs_f64() * 1e3;
     }
-    Ok(last_ms)
+    let start = std::time::Instant::now();
+    crate::engine::Workload::run(workload)?;
+    Ok(start.elapsed().as_secs_f64() * 1e3)
 }
 
 /// The session that profiles node by node, and where its nodes' time goes.
@@ -434,13 +435,12 @@ fn runs_in_profile(trace: &serde_json::Value) -> Vec<HashMap<String, f64>> {
     runs.into_iter().map(|(_, _, nodes)| nodes).collect()
 }
 
-/// The instrumented runs among the profile's `runs` (in order): the profile also holds the build's warm-up runs
-/// (the first pays for the session's first allocations), then one run per entry of `kinds` (true for an
-/// instrumented run, false for a warm-up run before one).
-fn instrumented<'r>(runs: &'r [HashMap<String, f64>], kinds: &[bool]) -> Vec<&'r HashMap<String, f64>> {
-    let ours = &runs[runs.len().saturating_sub(kinds.len())..];
-    let kinds = &kinds[kinds.len() - ours.len()..];
-    ours.iter().zip(kinds).filter(|(_, &counted)| counted).map(|(run, _)| run).collect()
+/// The instrumented runs among the profile's `runs` (in order): the profile holds the build's `built` warm-up
+/// runs (the first pays for the session's first allocations), then one run per entry of `kinds` (true for an
+/// instrumented run, false for a warm-up run before one). Matched from the front: a profiler that stops
+/// recording (ONNX Runtime's keeps at most a million events) loses the last runs, not the first.
+fn instrumented<'r>(runs: &'r [HashMap<String, f64>], built: usize, kinds: &[bool]) -> Vec<&'r HashMap<String, f64>> {
+    runs.iter().skip(built).zip(kinds).filter(|(_, &counted)| counted).map(|(run, _)| run).collect()
 }
 
 impl NetworkBench for OrtNetworkBench<'_> {
@@ -501,7 +501,7 @@ impl NetworkBench for OrtNetworkBench<'_> {
             }
             None => Vec::new(),
         };
-        let runs = instrumented(&runs, &self.profiled_runs);
+        let runs = instrumented(&runs, self.warmup + 1, &self.profiled_runs);
         let layer_of_node = self.profiled.as_ref().map(|p| &p.layer_of_node);
         // On several threads a run profiled node by node takes longer than a plain one (each node's end is
         // waited for and written down while the pool waits): MobileNetV3-small on 2 threads, 2.21 ms profiled, its
@@ -581,12 +581,12 @@ mod tests {
         // Two build warm-up runs, then warm-up, counted, warm-up, warm-up, counted.
         let runs: Vec<_> = [9.0, 8.0, 7.0, 1.0, 6.0, 5.0, 2.0].into_iter().map(run).collect();
         let kinds = [false, true, false, false, true];
-        let kept: Vec<f64> = instrumented(&runs, &kinds).iter().map(|r| r["conv"]).collect();
+        let kept: Vec<f64> = instrumented(&runs, 2, &kinds).iter().map(|r| r["conv"]).collect();
         assert_eq!(kept, [1.0, 2.0]);
-        // A profile that lost runs (fewer than recorded): the latest ones are matched with the latest kinds.
-        let kept: Vec<f64> = instrumented(&runs[5..], &kinds).iter().map(|r| r["conv"]).collect();
-        assert_eq!(kept, [2.0]);
-        assert!(instrumented(&[], &kinds).is_empty());
+        // A profile that stopped recording: the runs it has are the first ones.
+        let kept: Vec<f64> = instrumented(&runs[..5], 2, &kinds).iter().map(|r| r["conv"]).collect();
+        assert_eq!(kept, [1.0]);
+        assert!(instrumented(&[], 2, &kinds).is_empty());
     }
 
     #[test]
