@@ -64,12 +64,17 @@ fn settle(workload: &mut OrtWorkload, last_ms: &mut f64) -> Result<usize> {
     let begun = std::time::Instant::now();
     let mut runs = 0;
     while begun.elapsed().as_secs_f64() * 1e3 + *last_ms < SETTLE_MS && runs < SETTLE_MAX_RUNS {
-        let start = std::time::Instant::now();
-        crate::engine::Workload::run(workload)?;
-        *last_ms = start.elapsed().as_secs_f64() * 1e3;
+        *last_ms = plain_run_ms(workload)?;
         runs += 1;
     }
     Ok(runs)
+}
+
+/// One plain run of `workload`, and how long it took in ms.
+fn plain_run_ms(workload: &mut OrtWorkload) -> Result<f64> {
+    let start = std::time::Instant::now();
+    crate::engine::Workload::run(workload)?;
+    Ok(start.elapsed().as_secs_f64() * 1e3)
 }
 
 /// Run `workload` `runs + 1` times and return the time of the last run, a plain one as [`settle`] times.
@@ -77,9 +82,7 @@ fn warm_up(workload: &mut OrtWorkload, runs: usize) -> Result<f64> {
     for _ in 0..runs {
         workload.run_outputs()?;
     }
-    let start = std::time::Instant::now();
-    crate::engine::Workload::run(workload)?;
-    Ok(start.elapsed().as_secs_f64() * 1e3)
+    plain_run_ms(workload)
 }
 
 /// The session that profiles node by node, and where its nodes' time goes.
@@ -473,9 +476,7 @@ impl NetworkBench for OrtNetworkBench<'_> {
             self.profiled.as_mut().ok_or_else(|| Error::Executor(format!("{what}: no profiled session was built")))?;
         let warm = settle(&mut profiled.workload, &mut self.profiled_last_ms)?;
         self.profiled_runs.extend(std::iter::repeat_n(false, warm));
-        let start = std::time::Instant::now();
-        crate::engine::Workload::run(&mut profiled.workload)?;
-        self.profiled_last_ms = start.elapsed().as_secs_f64() * 1e3;
+        self.profiled_last_ms = plain_run_ms(&mut profiled.workload)?;
         self.profiled_runs.push(true);
         if let Some(timed) = self.timed.as_mut() {
             settle(timed, &mut self.timed_last_ms)?;

@@ -91,9 +91,9 @@ impl EngineRules for Tract {
     /// add only when the add's other input has that form too, i.e. comes from products through element-wise
     /// layers; a k×k convolution (lazy or explicit im2col, direct) ends in a reshape of its own, so neither takes
     /// an add nor gives the other side that form. Which product takes the add follows the add's input order, not
-    /// the order of computation: the
-    /// first input's product when it is one; the second's only when no activation alone reads the add, for an
-    /// add followed by an activation whose first input is no product forms an element-wise chain with it instead.
+    /// the order of computation: the first input's product when it is one; the second's only when no activation
+    /// alone reads the add, for an add followed by an activation whose first input is no product forms an
+    /// element-wise chain with it instead.
     /// Traced on tract's plans: Keras's ResNet v1 writes `Add([shortcut, residual])`, so its projection block (a
     /// product on each side, then a ReLU) runs add and ReLU in the shortcut's product, and its identity block
     /// (the shortcut the previous block's output) runs them as one `OptBinChain(Add+Max)` node; PyTorch's
@@ -111,6 +111,11 @@ impl EngineRules for Tract {
             return into;
         }
         let single_reader = single_readers(&analysis.sources, consumers);
+        // Only an ungrouped 1×1 convolution is one product whose output is the matrix an add can join; a k×k one
+        // ends in a reshape of its own (ResNet-18's 3×3 convolutions: `Add+Max` chains).
+        let one_product = |j: usize, c: &crate::layer::Conv2d| {
+            c.groups == 1 && conv_lowering(analysis.config(j)) == Some(ConvLowering::Pointwise)
+        };
         // Back from an input of the add, through what the product takes in (an activation it applies, a batch
         // norm folded into a linear convolution), each read by the next alone, to an ungrouped convolution.
         let conv_of = |mut j: usize| -> Option<usize> {
@@ -120,11 +125,7 @@ impl EngineRules for Tract {
                     return None;
                 }
                 match (&net.layers[j].op, analysis.sources[j].as_slice()) {
-                    // Only a 1×1 convolution is one product whose output is the matrix the add can join; a
-                    // k×k one ends in a reshape of its own (ResNet-18's 3×3 convolutions: `Add+Max` chains).
-                    (Op::Conv2d(c), _)
-                        if c.groups == 1 && conv_lowering(analysis.config(j)) == Some(ConvLowering::Pointwise) =>
-                    {
+                    (Op::Conv2d(c), _) if one_product(j, c) => {
                         let takes_in =
                             if after_bn { c.activation == Activation::Linear } else { fuses_into_kernel(c.activation) };
                         return takes_in.then_some(j);
@@ -148,8 +149,7 @@ impl EngineRules for Tract {
                 !srcs.is_empty() && srcs.iter().all(|s| matches!(s, Source::Layer(j) if from_products[*j]))
             };
             from_products[i] = match &layer.op {
-                // A k×k convolution's output is reshaped back to an image by its own node (above).
-                Op::Conv2d(c) => c.groups == 1 && conv_lowering(analysis.config(i)) == Some(ConvLowering::Pointwise),
+                Op::Conv2d(c) => one_product(i, c),
                 Op::Activation(a) => *a != Activation::Softmax && all_from_products(&analysis.sources[i]),
                 Op::BatchNorm | Op::Add | Op::Multiply | Op::Dropout { .. } => all_from_products(&analysis.sources[i]),
                 _ => false,
