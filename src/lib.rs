@@ -17,6 +17,7 @@ pub mod engine;
 pub mod error;
 pub mod estimate;
 pub mod ffi;
+pub(crate) mod filled;
 pub mod fsio;
 pub mod layer;
 pub mod metric;

@@ -5,6 +5,7 @@
 //! data. Validation happens once, on load, and every error names the file, the layer and the field.
 
 use crate::error::{Error, Location, Result};
+use crate::filled::filled;
 use crate::layer::{tensor_elements, LayerConfig, LayerCost, LayerType, Op, Shape};
 use serde_json::{json, Map, Value};
 use std::path::Path;
@@ -71,7 +72,7 @@ impl Groups {
             starts[k + 1] += starts[k];
         }
         // Each pair goes to its key's next free slot; `starts[k]` then ends at key k's end, the next key's start.
-        let mut items = vec![0usize; pairs.len()];
+        let mut items = filled(0usize, pairs.len());
         for &(k, item) in pairs {
             items[starts[k]] = item;
             starts[k] += 1;

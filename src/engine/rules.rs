@@ -17,6 +17,7 @@ pub use onnxruntime::{
 };
 pub use tract::{kind_of, Tract};
 
+use crate::filled::filled;
 use crate::layer::{Activation, ElementwiseFn, LayerConfig, LayerCost, LayerType, Op};
 use crate::network::{Analysis, Network, Source, Sources};
 
@@ -221,7 +222,7 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
     /// layouts around itself and does not convert inside `net` (ONNX Runtime's NCHWc reorders inside a blocked
     /// region). None by default.
     fn layout_bytes_saved(&self, net: &Network, _analysis: &Analysis, _plan: &Plan) -> Vec<u64> {
-        vec![0; net.layers.len()]
+        filled(0, net.layers.len())
     }
 
     /// Whether a zero padding that only a convolution reads becomes that convolution's own padding.
@@ -238,20 +239,20 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         _analysis: &Analysis,
         _consumers: &[u32],
     ) -> Vec<Option<(usize, Fusion)>> {
-        vec![None; net.layers.len()]
+        filled(None, net.layers.len())
     }
 
     /// Concats read part by part: per concat the engine never builds, the first of its readers that computes it
     /// part by part; and for each reader that takes a concat part by part (built or not), the concat it reads.
     /// None by default.
     fn unbuilt_concats(&self, net: &Network, _analysis: &Analysis) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
-        (vec![None; net.layers.len()], vec![None; net.layers.len()])
+        (filled(None, net.layers.len()), filled(None, net.layers.len()))
     }
 
     /// Residual adds the engine computes inside a convolution: per add, the convolution and which of the add's
     /// two inputs (0 or 1) leads back to it. None by default.
     fn residual_adds(&self, net: &Network, _analysis: &Analysis, _consumers: &[u32]) -> Vec<Option<(usize, usize)>> {
-        vec![None; net.layers.len()]
+        filled(None, net.layers.len())
     }
 
     /// Another convolution that can take residual add `add` when the one [`EngineRules::residual_adds`] named
@@ -447,7 +448,7 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
         let n = net.layers.len();
         let consumers = consumers(&analysis.sources, n);
         let padding_into =
-            if self.fuses_padding() { padding_fused_into(net, &analysis.sources, &consumers) } else { vec![None; n] };
+            if self.fuses_padding() { padding_fused_into(net, &analysis.sources, &consumers) } else { filled(None, n) };
         let (concat_read_by, reads_concat) = self.unbuilt_concats(net, analysis);
         let add_into = self.residual_adds(net, analysis, &consumers);
         let folded = self.folded_into_products(net, analysis, &consumers);
@@ -595,7 +596,7 @@ pub fn is_scalar_scale(op: &Op) -> bool {
 
 /// The one layer reading each layer's output, `None` for a layer read by none or by several.
 pub fn single_readers(sources: &[Sources], consumers: &[u32]) -> Vec<Option<usize>> {
-    let mut reader = vec![None; consumers.len()];
+    let mut reader = filled(None, consumers.len());
     for (i, srcs) in sources.iter().enumerate() {
         for s in srcs {
             if let Source::Layer(j) = s {
@@ -614,7 +615,7 @@ pub fn single_readers(sources: &[Sources], consumers: &[u32]) -> Vec<Option<usiz
 /// Without a tensor that several layers read there are none, and a chain costs a count.
 pub fn duplicates(net: &Network, sources: &[Sources]) -> Vec<Option<usize>> {
     let n = net.layers.len();
-    let mut of: Vec<Option<usize>> = vec![None; n];
+    let mut of: Vec<Option<usize>> = filled(None, n);
     let readers = consumers(sources, n);
     let input_readers = sources.iter().flatten().filter(|s| **s == Source::Input).count();
     if input_readers < 2 && readers.iter().all(|&r| r < 2) {
@@ -660,7 +661,7 @@ pub fn duplicates(net: &Network, sources: &[Sources]) -> Vec<Option<usize>> {
 }
 
 pub fn consumers(sources: &[Sources], n: usize) -> Vec<u32> {
-    let mut consumers = vec![0u32; n];
+    let mut consumers = filled(0u32, n);
     for srcs in sources {
         for s in srcs {
             if let Source::Layer(j) = s {
@@ -674,7 +675,7 @@ pub fn consumers(sources: &[Sources], n: usize) -> Vec<u32> {
 /// For every zero padding whose only reader is a convolution (regular or depthwise): that convolution, which
 /// absorbs the padding (tract does; measured 0 ms in whole-network runs).
 fn padding_fused_into(net: &Network, sources: &[Sources], consumers: &[u32]) -> Vec<Option<usize>> {
-    let mut into = vec![None; net.layers.len()];
+    let mut into = filled(None, net.layers.len());
     for (reader, srcs) in sources.iter().enumerate() {
         let [Source::Layer(pad)] = srcs.as_slice() else { continue };
         let is_conv = matches!(net.layers[reader].op, Op::Conv2d(_) | Op::DepthwiseConv2d(_));

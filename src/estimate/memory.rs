@@ -41,6 +41,7 @@
 //!   [`arena_in_use_bytes`] replays the same walk's allocations through [`super::arena`], with the buffers its
 //!   allocation planner hands dead tensors' buffers on to later tensors of their shape.
 
+use crate::filled::filled;
 use crate::network::{Source, Sources};
 
 /// Every tensor is f32.
@@ -92,8 +93,8 @@ pub fn in_use_bytes(sources: &[Sources], steps: &[Step], input_bytes: u64, weigh
     let Liveness { storage, last_use } = liveness(sources, steps, input_bytes);
     let bytes_of = |t: usize| if t == 0 { input_bytes } else { steps[t - 1].output_bytes };
     // Sweep: allocate at the producing step, free after the last use.
-    let mut allocated_at = vec![0u64; n];
-    let mut freed_after = vec![0u64; n];
+    let mut allocated_at = filled(0u64, n);
+    let mut freed_after = filled(0u64, n);
     if n > 0 {
         allocated_at[0] += input_bytes;
         freed_after[n - 1] += input_bytes;
@@ -202,7 +203,7 @@ pub fn arena_in_use_bytes(
     }
     let mut arena = super::arena::Arena::new(config);
     let resident = weight_bytes.saturating_add(input_bytes);
-    let mut in_use = vec![None; n];
+    let mut in_use = filled(None, n);
     for event in events {
         match event {
             Event::Alloc(id, bytes) => arena.alloc(id, bytes),

@@ -10,6 +10,7 @@ use super::structure::EngineStructure;
 use super::{layer_error, Calibration, Correction, Estimator, Totals, Uncovered};
 use crate::engine::rules::{EngineRules, Fusion, Plan, Role, FUSED, FUSED_BATCH_NORM};
 use crate::error::Result;
+use crate::filled::filled;
 use crate::layer::{Activation, LayerConfig, LayerCost, LayerError, LayerType, Op, Shape};
 use crate::network::{Analysis, Network, Source, Sources};
 use crate::units::MIB;
@@ -201,7 +202,7 @@ pub(super) fn predict<'a>(
     let mut uncovered = Vec::new();
     // The time of the operands a product packs from a strided tensor (a transpose it reads): the packing does
     // the transpose's work, so its product takes that time on (the transpose comes first in the network).
-    let mut operand_ms = vec![0.0f64; net.layers.len()];
+    let mut operand_ms = filled(0.0f64, net.layers.len());
     // The add a layer norm computes (ONNX Runtime's `SkipLayerNormalization`), per layer norm.
     let norm_add = norm_adds(net, plan);
     // A layer whose time no model knows, with its share of the network's work.
@@ -477,8 +478,8 @@ pub(crate) fn input_bytes(analysis: &Analysis, i: usize) -> u64 {
 pub(crate) fn input_convolutions(net: &Network, analysis: &Analysis, plan: &Plan) -> Vec<bool> {
     let n = net.layers.len();
     // Whether layer j's output is the network input passed through layers that do not run.
-    let mut carries_input = vec![false; n];
-    let mut reads_input = vec![false; n];
+    let mut carries_input = filled(false, n);
+    let mut reads_input = filled(false, n);
     for j in 0..n {
         let from_input = analysis.sources[j].iter().any(|s| match *s {
             Source::Input => true,
@@ -501,7 +502,7 @@ pub(crate) fn input_convolutions(net: &Network, analysis: &Analysis, plan: &Plan
 /// Per layer, the add it computes when it is a layer norm that computes its input's add
 /// ([`Fusion::IntoReader`]: ONNX Runtime's `SkipLayerNormalization`).
 pub(super) fn norm_adds(net: &Network, plan: &Plan) -> Vec<Option<usize>> {
-    let mut add_of = vec![None; net.layers.len()];
+    let mut add_of = filled(None, net.layers.len());
     for (j, role) in plan.roles().iter().enumerate() {
         if let Role::Inside { owner, fusion: Fusion::IntoReader, .. } = *role {
             if matches!(net.layers[j].op, Op::Add)
@@ -781,7 +782,7 @@ fn arena_in_use(
             arena,
         );
     }
-    let mut position = vec![0; order.len()];
+    let mut position = filled(0, order.len());
     for (p, &i) in order.iter().enumerate() {
         position[i] = p;
     }
@@ -807,7 +808,7 @@ fn arena_in_use(
         reuse_shapes.as_deref(),
         arena,
     );
-    let mut in_use = vec![None; order.len()];
+    let mut in_use = filled(None, order.len());
     for (p, &i) in order.iter().enumerate() {
         in_use[i] = ordered[p];
     }
@@ -820,7 +821,7 @@ fn arena_in_use(
 /// runs the scores and their softmax before the values' projection, as ONNX Runtime's profile shows.
 fn graph_order(sources: &[Sources]) -> Vec<usize> {
     let n = sources.len();
-    let mut read = vec![false; n];
+    let mut read = filled(false, n);
     for s in sources.iter().flatten() {
         if let Source::Layer(l) = *s {
             if l < n {
@@ -830,7 +831,7 @@ fn graph_order(sources: &[Sources]) -> Vec<usize> {
     }
     // (layer, leaving): a layer is placed when it is left, after the layers it reads.
     let mut stack: Vec<(usize, bool)> = (0..n).filter(|&i| !read[i]).map(|i| (i, false)).collect();
-    let mut visited = vec![false; n];
+    let mut visited = filled(false, n);
     let mut order = Vec::with_capacity(n);
     while let Some((i, leaving)) = stack.pop() {
         if leaving {
@@ -869,7 +870,7 @@ fn graph_order(sources: &[Sources]) -> Vec<usize> {
 fn engine_order(plan: &Plan, sources: &[Sources]) -> Vec<usize> {
     let n = plan.roles().len();
     let mut deferred: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut moved = vec![false; n];
+    let mut moved = filled(false, n);
     for i in 0..n {
         if let Some(add) = plan.kernel(i).and_then(|k| k.fused_add).filter(|&a| a > i && a < n && !moved[i]) {
             let mut group = vec![i];

@@ -7,8 +7,11 @@ use super::shape::{image, resolve_axis, spatial_output};
 use super::{Activation, LResult, LayerConfig, LayerCost, LayerType, Op, Padding, Shape};
 
 /// A layer's feature values, inline: every query of a network builds one per layer, and the widest layer type
-/// has fewer than 48 columns.
-pub type Features = smallvec::SmallVec<[f64; 48]>;
+/// has fewer than [`FEATURES_INLINE`] columns.
+pub type Features = smallvec::SmallVec<[f64; FEATURES_INLINE]>;
+
+/// Features a row holds inline: the most any layer type has.
+const FEATURES_INLINE: usize = 48;
 
 /// One feature: its name and how its value is read from a layer.
 #[derive(Clone, Copy)]
@@ -364,11 +367,15 @@ impl LayerConfig {
     /// [`LayerConfig::cost`] computed them (a network's analysis has both).
     pub(crate) fn features_of(&self, output: &[usize], cost: LayerCost) -> LResult<Features> {
         let layer = Layer::new(self, output, cost)?;
-        let mut values = Features::new();
-        for part in columns(self.layer_type()) {
-            values.extend(part.iter().map(|c| c.value(&layer)));
+        // Written into the inline buffer, not pushed: `SmallVec::extend` checks its storage on every value, which
+        // was a tenth of a cached NAS candidate's instructions. Every type's row fits (`every_feature_row_fits_inline`).
+        let mut values = [0.0; FEATURES_INLINE];
+        let mut len = 0;
+        for column in columns(self.layer_type()).iter().flat_map(|part| part.iter()) {
+            values[len] = column.value(&layer);
+            len += 1;
         }
-        Ok(values)
+        Ok(Features::from_buf_and_len(values, len))
     }
 
     /// A stable identity for this config: a hash of its feature values (the resume key of collected data).

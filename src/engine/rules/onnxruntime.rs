@@ -31,6 +31,7 @@
 
 use super::{scaled_product, single_readers, EngineRules, Fusion, Plan, Role};
 use crate::engine::GraphOptimization;
+use crate::filled::filled;
 use crate::layer::{Activation, LayerConfig, Op};
 use crate::network::{Analysis, Groups, Network, Source};
 
@@ -319,8 +320,8 @@ fn keeps_blocked_kernels(
     kept_by_reader: &dyn Fn(usize, usize) -> bool,
     readers: &Groups,
 ) -> Vec<bool> {
-    let mut known: Vec<Option<bool>> = vec![None; n];
-    let mut on_path = vec![false; n];
+    let mut known: Vec<Option<bool>> = filled(None, n);
+    let mut on_path = filled(false, n);
     let mut stack = Vec::new();
     for root in 0..n {
         if known[root].is_some() || kernel(root) != root {
@@ -608,7 +609,7 @@ impl EngineRules for OnnxRuntime {
         consumers: &[u32],
     ) -> Vec<Option<(usize, Fusion)>> {
         let n = net.layers.len();
-        let mut folded = vec![None; n];
+        let mut folded = filled(None, n);
         if !self.at_least(GraphOptimization::Extended) || !net.layers.iter().any(|l| transformer_op(&l.op)) {
             return folded;
         }
@@ -666,7 +667,7 @@ impl EngineRules for OnnxRuntime {
 
     fn residual_adds(&self, net: &Network, analysis: &Analysis, consumers_of: &[u32]) -> Vec<Option<(usize, usize)>> {
         let n = net.layers.len();
-        let mut into = vec![None; n];
+        let mut into = filled(None, n);
         if !self.at_least(GraphOptimization::All) {
             return into;
         }
@@ -1160,7 +1161,7 @@ mod tests {
         // run in the same kernel, or one running as a kernel of its own that did not convert its input. A reader
         // run inside another kernel (an add another convolution computes) consumes the tensor there: what that
         // kernel writes is that convolution's.
-        let mut reordered_after = vec![false; n];
+        let mut reordered_after = filled(false, n);
         for i in (0..n).rev() {
             reordered_after[i] = reorders[i].1
                 || readers[i].iter().any(|&r| {
