@@ -664,7 +664,8 @@ pub(super) fn memory(
                         }
                     }
                 };
-                let workspace = workspace.max(rules.workspace_floor_bytes(analysis.config(i), input_kept));
+                // Where the engine's scratch is known from its code, it stands instead of the memory model's.
+                let workspace = rules.known_workspace_bytes(analysis.config(i), input_kept).unwrap_or(workspace);
                 // Alone, the input is the caller's and the engine may copy it before packing; in the network a
                 // packing layer that is its input's only reader holds the packed copy alone.
                 let packed = if input_kept || kernel.concat_by_part.is_some() || !held.packs_here {

@@ -481,8 +481,8 @@ impl EngineRules for OnnxRuntime {
     }
 
     /// No padded copy: MLAS pads while it unfolds (and the arena walk takes the kernels' scratch from the rules).
-    fn workspace_floor_bytes(&self, _config: &LayerConfig, _input_kept: bool) -> u64 {
-        0
+    fn known_workspace_bytes(&self, _config: &LayerConfig, _input_kept: bool) -> Option<u64> {
+        None
     }
 
     fn arena(&self) -> Option<crate::estimate::arena::ArenaConfig> {
