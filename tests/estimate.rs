@@ -208,9 +208,25 @@ fn liveness_memory_of_a_residual_network_and_null_power() {
     assert!(notes.iter().any(|n| n.contains("no memory model")), "{notes:?}");
 }
 
+/// The estimate of `net` on a device whose conv2d models answer 1 ms and `memory_mib` MiB.
+fn estimate_with_conv_memory(net: &str, memory_mib: f64) -> Value {
+    let dir = setup(net);
+    write_store(
+        &dir.path().join("models"),
+        "dev",
+        vec![
+            (LayerType::Conv2d, Metric::Latency, constant(1.0)),
+            (LayerType::Conv2d, Metric::Memory, constant(memory_mib)),
+        ],
+    );
+    let mut args = vec!["estimate", "net.json", "--device", "dev", "--format", "json"];
+    args.extend(DIRS);
+    json_of(&perfmodel(dir.path(), &args))
+}
+
 /// tract pads a lazy im2col convolution's input into a copy first; that copy, known from tract's code, is the
-/// layer's scratch whatever its memory model answers (`zen5`'s put ShuffleNet v2's 3x3 stem 0.22 MiB high, where
-/// no collected stem had its 24 filters). Without padding there is no copy, and the model's answer stands.
+/// layer's scratch whatever its memory model answers (docs/engine-rules.md). Without padding there is no copy,
+/// and the model's answer stands.
 #[test]
 fn a_lazy_convolutions_padded_copy_stands_instead_of_its_memory_model() {
     let peak = |padding: &str, memory_mib: f64| {
@@ -218,24 +234,24 @@ fn a_lazy_convolutions_padded_copy_stands_instead_of_its_memory_model() {
             r#"{{"name": "lazy", "input_shape": [2, 8, 8], "layers": [
                 {{"name": "b", "type": "conv2d", "filters": 8, "kernel": [3, 3], "padding": "{padding}"}}]}}"#
         );
-        let dir = setup(&net);
-        write_store(
-            &dir.path().join("models"),
-            "dev",
-            vec![
-                (LayerType::Conv2d, Metric::Latency, constant(1.0)),
-                (LayerType::Conv2d, Metric::Memory, constant(memory_mib)),
-            ],
-        );
-        let mut args = vec!["estimate", "net.json", "--device", "dev", "--format", "json"];
-        args.extend(DIRS);
-        json_of(&perfmodel(dir.path(), &args))["total"]["peak_memory_mib"].as_f64().unwrap()
+        estimate_with_conv_memory(&net, memory_mib)["total"]["peak_memory_mib"].as_f64().unwrap()
     };
     // A model that answers less than the tensors, and one that answers a whole MiB.
     let (low, high) = (peak("same", 0.001), peak("same", 1.0));
     assert!(close(low, high), "padded: {low} MiB with the low model, {high} MiB with the high one");
     let (low, high) = (peak("valid", 0.001), peak("valid", 1.0));
     assert!(high > low + 0.9, "unpadded: {low} MiB with the low model, {high} MiB with the high one");
+    // The layer's own memory is as measured alone, on the caller's input, wherever it runs: after a layer whose
+    // output only it reads (freed after the pad in the network), the same as first.
+    let alone = |layers: &str| {
+        let net = format!(r#"{{"name": "lazy", "input_shape": [4, 8, 8], "layers": [{layers}]}}"#);
+        let v = estimate_with_conv_memory(&net, 0.001);
+        v["layers"].as_array().unwrap().iter().find(|l| l["name"] == "b").unwrap()["memory_mib"].as_f64().unwrap()
+    };
+    let b = r#"{"name": "b", "type": "conv2d", "filters": 8, "kernel": [3, 3], "padding": "same"}"#;
+    let a = r#"{"name": "a", "type": "conv2d", "filters": 4, "kernel": [1, 1]}"#;
+    let (first, after) = (alone(b), alone(&format!("{a}, {b}")));
+    assert!(close(first, after), "b alone: {first} MiB as the first layer, {after} MiB after a");
 }
 
 const PROFILE: &str = r#"description = "test device"

@@ -394,9 +394,8 @@ pub trait EngineRules: Send + Sync + std::fmt::Debug {
     /// 1×1 convolution, a grouped 3×3 one of 48 channels on 112×112 peaked in its pad at 4.76 MiB over what was
     /// live, twice its 2.38 MiB padded input (its memory model had put the whole layer 0.55 MiB lower);
     /// GoogLeNet's first convolution, on the caller's input, held its 0.6 MiB padded copy beside its output.
-    /// The models miss it either way: `zen5`'s put ShuffleNet v2's 3×3 stride-2 stem of 24 filters (and 28)
-    /// 0.22 MiB above its measured 2.44 MiB alone, where 16, 20 and 32 filters came out within 0.01 MiB (no
-    /// collected stem has 24), and the network's peak, which is there, 2.15% high (0.27% with this).
+    /// Memory models miss it either way, far from their samples (a stem of a width no collected stem has: see
+    /// docs/engine-rules.md), so it is not a floor under their answer but the answer.
     fn known_workspace_bytes(&self, config: &LayerConfig, input_kept: bool) -> Option<u64> {
         let Op::Conv2d(c) = &config.op else { return None };
         if crate::engine::packing::conv_lowering(config) != Some(crate::engine::packing::ConvLowering::Lazy) {

@@ -523,8 +523,11 @@ impl Estimator {
             _ => None,
         };
         let latency = passes::latency(net, &analysis, &plan, &answers, correction, layout);
-        let (energy, missing_power) =
-            if self.has_power { passes::energy(&latency, &answers) } else { (vec![None; latency.len()], 0) };
+        let (energy, missing_power) = if self.has_power {
+            passes::energy(&latency, &answers)
+        } else {
+            (crate::filled::filled(None, latency.len()), 0)
+        };
         let memory = passes::memory(net, &analysis, &plan, &answers, self.rules, self.structure.as_ref());
         Ok(Passes { answers, uncovered, latency, energy, missing_power, memory })
     }

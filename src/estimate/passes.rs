@@ -636,12 +636,9 @@ pub(super) fn memory(
         let (weight_bytes, plan_bytes, workspace_bytes, alone_workspace_bytes) = match answer.held {
             Some(held) => {
                 let workspace = match (held.workspace_bytes, answer.part_workspace) {
-                    (Some(_), Some(parts)) => parts.saturating_sub(alone_bytes),
-                    (Some(bytes), None) => bytes.saturating_sub(alone_bytes),
-                    (None, _) => {
-                        missing += 1;
-                        0
-                    }
+                    (Some(_), Some(parts)) => Some(parts.saturating_sub(alone_bytes)),
+                    (Some(bytes), None) => Some(bytes.saturating_sub(alone_bytes)),
+                    (None, _) => None,
                 };
                 // Through the layers that do not run (views, layers fused into their producer) to the tensor
                 // the layer reads: kept when the caller owns it or another layer reads it too.
@@ -664,22 +661,30 @@ pub(super) fn memory(
                         }
                     }
                 };
-                // Where the engine's scratch is known from its code, it stands instead of the memory model's.
-                let workspace = rules.known_workspace_bytes(analysis.config(i), input_kept).unwrap_or(workspace);
+                // Where the engine's scratch is known from its code, it stands instead of the memory model's: in
+                // the network as the input's readers leave it, alone with the input the caller's.
+                let config = analysis.config(i);
+                let alone_workspace = rules.known_workspace_bytes(config, true).or(workspace);
+                let workspace = rules.known_workspace_bytes(config, input_kept).or(workspace);
+                if workspace.is_none() {
+                    missing += 1;
+                }
+                let (workspace, alone_workspace) = (workspace.unwrap_or(0), alone_workspace.unwrap_or(0));
                 // Alone, the input is the caller's and the engine may copy it before packing; in the network a
                 // packing layer that is its input's only reader holds the packed copy alone.
                 let packed = if input_kept || kernel.concat_by_part.is_some() || !held.packs_here {
                     None
                 } else {
-                    rules.packed_input_bytes(analysis.config(i))
+                    rules.packed_input_bytes(config)
                 };
-                (held.weight_bytes, held.plan_bytes, packed.unwrap_or(workspace), workspace)
+                (held.weight_bytes, held.plan_bytes, packed.unwrap_or(workspace), alone_workspace)
             }
             None => (cost.weight_elems * BYTES_PER_ELEMENT, 0, 0, 0),
         };
         let io_bytes = (cost.input_elems + cost.output_elems) * BYTES_PER_ELEMENT;
-        // The layer's whole memory while it runs, as measured alone (its structure back in; the workspace the
-        // memory model answers, not the network's packed copy).
+        // The layer's whole memory while it runs, as measured alone (its structure back in; its workspace with the
+        // input the caller's: the engine's known scratch or the memory model's answer, not the network's packed
+        // copy).
         let alone = io_bytes + weight_bytes + plan_bytes + alone_workspace_bytes + alone_bytes;
         layer_mib.push(alone as f64 / MIB);
         all_weight_bytes += weight_bytes + plan_bytes;

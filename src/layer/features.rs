@@ -10,7 +10,7 @@ use super::{Activation, LResult, LayerConfig, LayerCost, LayerType, Op, Padding,
 /// has fewer than [`FEATURES_INLINE`] columns.
 pub type Features = smallvec::SmallVec<[f64; FEATURES_INLINE]>;
 
-/// Features a row holds inline: the most any layer type has.
+/// Features a row holds inline: at least the most any layer type has.
 const FEATURES_INLINE: usize = 48;
 
 /// One feature: its name and how its value is read from a layer.
@@ -367,8 +367,9 @@ impl LayerConfig {
     /// [`LayerConfig::cost`] computed them (a network's analysis has both).
     pub(crate) fn features_of(&self, output: &[usize], cost: LayerCost) -> LResult<Features> {
         let layer = Layer::new(self, output, cost)?;
-        // Written into the inline buffer, not pushed: `SmallVec::extend` checks its storage on every value, which
-        // was a tenth of a cached NAS candidate's instructions. Every type's row fits (`every_feature_row_fits_inline`).
+        // Written into the inline buffer, not pushed: `SmallVec::extend` checks its storage on every value, and a
+        // NAS loop builds a row for every layer of every candidate (docs/budgets.md). Every type's row fits
+        // (`every_feature_row_fits_inline`).
         let mut values = [0.0; FEATURES_INLINE];
         let mut len = 0;
         for column in columns(self.layer_type()).iter().flat_map(|part| part.iter()) {

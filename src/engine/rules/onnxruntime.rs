@@ -153,7 +153,7 @@ impl OnnxRuntime {
     /// [`EngineRules::layout_bytes_saved`]): of its input (the bytes, as it converted them alone), of its output.
     fn conversions_saved(&self, net: &Network, analysis: &Analysis, plan: &Plan) -> Vec<Conversions> {
         let n = net.layers.len();
-        let mut saved = vec![Conversions::default(); n];
+        let mut saved = filled(Conversions::default(), n);
         if !self.nchwc() {
             return saved;
         }

@@ -6,6 +6,7 @@
 use super::{fuses_into_kernel, is_scalar_scale, scaled_product, single_readers, EngineRules, Fusion};
 use crate::engine::packing::{conv_lowering, tract_plan_bytes, ConvLowering};
 use crate::estimate::memory::BYTES_PER_ELEMENT;
+use crate::filled::filled;
 use crate::layer::{Activation, LayerConfig, LayerCost, Op};
 use crate::network::{Analysis, Network, Source};
 
@@ -45,7 +46,7 @@ impl EngineRules for Tract {
     /// products where the network has 3; counted as 3, its resident memory came out 0.7 MiB low).
     fn unbuilt_concats(&self, net: &Network, analysis: &Analysis) -> (Vec<Option<usize>>, Vec<Option<usize>>) {
         let n = net.layers.len();
-        let (mut read_by, mut reads) = (vec![None; n], vec![None; n]);
+        let (mut read_by, mut reads) = (filled(None, n), filled(None, n));
         // Most networks have no concat: no reader lists for them (this runs in every estimate of a NAS loop).
         if !net.layers.iter().any(|l| matches!(l.op, Op::Concat { .. })) {
             return (read_by, reads);
@@ -106,7 +107,7 @@ impl EngineRules for Tract {
     /// identical 1×1 convolution 0.84 ms, the add 0 ms.
     fn residual_adds(&self, net: &Network, analysis: &Analysis, consumers: &[u32]) -> Vec<Option<(usize, usize)>> {
         let n = net.layers.len();
-        let mut into = vec![None; n];
+        let mut into = filled(None, n);
         if !net.layers.iter().any(|l| matches!(l.op, Op::Add)) {
             return into;
         }
@@ -143,7 +144,7 @@ impl EngineRules for Tract {
             }
         };
         // Whether a tensor comes from ungrouped convolutions through element-wise layers (every input of each).
-        let mut from_products: Vec<bool> = vec![false; n];
+        let mut from_products: Vec<bool> = filled(false, n);
         for (i, layer) in net.layers.iter().enumerate() {
             let all_from_products = |srcs: &[Source]| {
                 !srcs.is_empty() && srcs.iter().all(|s| matches!(s, Source::Layer(j) if from_products[*j]))
@@ -206,7 +207,7 @@ impl EngineRules for Tract {
         consumers: &[u32],
     ) -> Vec<Option<(usize, Fusion)>> {
         let n = net.layers.len();
-        let mut folded = vec![None; n];
+        let mut folded = filled(None, n);
         if !net.layers.iter().any(|l| matches!(l.op, Op::MatMul { .. })) {
             return folded;
         }

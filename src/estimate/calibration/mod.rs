@@ -91,7 +91,7 @@ pub const CALIBRATION_FORMAT: u32 = 4;
 /// without such products, i.e. nothing any calibration of rules 2 was fitted on. Nor did ONNX Runtime's add into
 /// the plain convolution on the other side when a blocked one cannot take it: no calibration network has one. Nor
 /// did tract's padded lazy im2col taking its known scratch instead of its memory model's answer: on `zen5` it
-/// moved the calibration networks' peaks by 0.04% at most.)
+/// moved the calibration networks' peaks by 0.04 percentage points at most.)
 pub const ESTIMATOR_RULES: u32 = 7;
 
 /// Whether a calibration fitted under estimator rules `recorded` counted what the current rules count for the
