@@ -223,7 +223,7 @@ fn resident_memory_is_the_packed_weights_and_the_trace_finds_the_peak() {
     let peak = json["total"]["peak_memory_mib"].as_f64().unwrap();
     assert_eq!(json["layers"][0]["peak_memory_mib"].as_f64(), Some(peak), "{json}");
     let trace = std::fs::read_to_string(dir.path().join("t.csv")).unwrap();
-    assert!(trace.starts_with("node,op,layer,before_mib,peak_mib,after_mib\n"), "{trace}");
+    assert!(trace.starts_with("node,op,layer,before_mib,peak_mib,after_mib,id,inputs\n"), "{trace}");
     let highest =
         trace.lines().skip(1).map(|l| l.split(',').nth(4).unwrap().parse::<f64>().unwrap()).fold(0.0, f64::max);
     assert!((highest - peak).abs() < 1e-9, "trace peak {highest}, bench peak {peak}\n{trace}");
@@ -330,4 +330,91 @@ fn a_product_over_more_rows_than_units_keeps_its_weights_as_the_right_operand() 
         1,
     );
     assert_eq!(perfmodel::engine::packing::right_operand_weight_bytes(&swapped), None);
+}
+
+/// tract 0.23.9 runs its plan's nodes in `eval_order_opt_ram` order (tract-core `plan.rs`, `model/order.rs`):
+/// from the inputs, always the ready node of the lowest id; a node that reads constants (weights) is ready only
+/// once they are taken up, which happens when no other node is ready, for the waiting node with the fewest
+/// constants still to take, the lowest id first. The trace's ids and inputs are enough to recompute that order,
+/// and it is the trace's own. On a cell of two branches, tract packs the first branch's 1x1 convolution's input
+/// as soon as it exists, runs the whole other branch (its product needs fewer constants), and only then the first
+/// product: the packed copy lives through the other branch. Taken in the order of their ids alone, with the
+/// constants counted as there from the start, the first product would run before the other branch.
+#[test]
+fn tract_runs_its_nodes_in_the_order_its_memory_saving_planner_picks() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = r#"{"name": "cell", "batch_size": 1, "input_shape": [8, 16, 16],
+      "layers": [
+        {"name": "stem", "type": "conv2d", "filters": 16, "kernel": [3,3], "padding": "same", "activation": "relu"},
+        {"name": "left", "type": "conv2d", "filters": 32, "kernel": [1,1], "activation": "relu", "inputs": ["stem"]},
+        {"name": "pool", "type": "max_pool2d", "pool_size": [3,3], "strides": [1,1], "padding": "same", "inputs": ["stem"]},
+        {"name": "right", "type": "conv2d", "filters": 32, "kernel": [1,1], "inputs": ["pool"]},
+        {"name": "cat", "type": "concat", "inputs": ["left", "right"]}]}"#;
+    std::fs::write(dir.path().join("cell.json"), net).unwrap();
+    let args = ["bench", "cell.json", "--rounds", "1", "--warmup", "0", "--memory-trace", "t.csv"];
+    let out = perfmodel(dir.path(), &args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let trace = std::fs::read_to_string(dir.path().join("t.csv")).unwrap();
+    // id -> the ids it reads; nodes the trace does not list (constants) read nothing.
+    let mut ups: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+    let mut traced = Vec::new();
+    for line in trace.lines().skip(1) {
+        let cells: Vec<&str> = line.split(',').collect();
+        let id: usize = cells[6].parse().unwrap();
+        let inputs: Vec<usize> = cells[7].split_whitespace().map(|i| i.parse().unwrap()).collect();
+        for &i in &inputs {
+            ups.entry(i).or_default();
+        }
+        ups.insert(id, inputs);
+        traced.push(id);
+    }
+    let mut downs: std::collections::BTreeMap<usize, Vec<usize>> = ups.keys().map(|&n| (n, Vec::new())).collect();
+    for (&n, inputs) in &ups {
+        for i in inputs {
+            downs.get_mut(i).unwrap().push(n);
+        }
+    }
+    let outputs: Vec<usize> = downs.iter().filter(|(_, d)| d.is_empty()).map(|(&n, _)| n).collect();
+    let mut done = std::collections::BTreeSet::new();
+    let mut candidates = std::collections::BTreeSet::new();
+    let mut order = Vec::new();
+    let mut follow =
+        |n: usize, done: &mut std::collections::BTreeSet<usize>, candidates: &mut std::collections::BTreeSet<usize>| {
+            order.push(n);
+            done.insert(n);
+            candidates.remove(&n);
+            candidates.extend(downs[&n].iter().copied());
+        };
+    follow(traced[0], &mut done, &mut candidates);
+    while !outputs.iter().all(|o| done.contains(o)) {
+        let ready = candidates.iter().copied().find(|c| ups[c].iter().all(|u| done.contains(u)));
+        let next = ready.unwrap_or_else(|| {
+            // The constants each waiting node still needs, reached through nodes not yet run.
+            let sources = |from: usize| {
+                let (mut found, mut seen, mut todo) = (std::collections::BTreeSet::new(), done.clone(), vec![from]);
+                seen.insert(from);
+                while let Some(n) = todo.pop() {
+                    if ups[&n].is_empty() {
+                        found.insert(n);
+                    }
+                    todo.extend(ups[&n].iter().copied().filter(|u| seen.insert(*u)));
+                }
+                found
+            };
+            let fewest = candidates.iter().map(|&c| sources(c)).min_by_key(|s| s.len()).unwrap();
+            *fewest.iter().next().unwrap()
+        });
+        follow(next, &mut done, &mut candidates);
+    }
+    let recomputed: Vec<usize> = order.into_iter().filter(|n| traced.contains(n)).collect();
+    assert_eq!(recomputed, traced, "{trace}");
+    // The left convolution's packing runs before the right branch, its product after.
+    let at = |layer: &str, op: &str| {
+        trace.lines().position(|l| {
+            let c: Vec<&str> = l.split(',').collect();
+            c[2] == layer && c[1] == op
+        })
+    };
+    let (pack, pool, product) = (at("left", "OptMatMulPack"), at("pool", "OptMaxPool"), at("left", "OptMatMul"));
+    assert!(pack < pool && pool < product, "pack {pack:?}, pool {pool:?}, product {product:?}\n{trace}");
 }

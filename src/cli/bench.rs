@@ -30,7 +30,8 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
     /// Also write the heap around every engine node of the first run to this CSV (node, op, layer, before_mib,
-    /// peak_mib, after_mib): which node holds the network's peak memory
+    /// peak_mib, after_mib, and the engine's id of the node and of the nodes it reads): which node holds the
+    /// network's peak memory
     #[arg(long, value_name = "FILE.csv")]
     memory_trace: Option<PathBuf>,
     /// Also write the ONNX model the engine runs (the network as perfmodel exports it, random weights) to this

@@ -342,6 +342,8 @@ fn measure_memory(executor: &TractExecutor, network: &Network) -> Result<MemoryM
                 before_mib: mib(before),
                 peak_mib: mib(peak),
                 after_mib: mib(after),
+                id: node,
+                inputs: n.inputs.iter().map(|i| i.node.to_string()).collect::<Vec<_>>().join(" "),
             });
             if let Some(layer) = layer {
                 let bytes = peak.saturating_sub(baseline) as u64;
@@ -625,6 +627,11 @@ pub struct NodeMemory {
     pub before_mib: f64,
     pub peak_mib: f64,
     pub after_mib: f64,
+    /// tract's id of the node in its optimised model, and those of the nodes it reads (space-separated): the
+    /// order its plan runs the nodes in follows the ids (`eval_order_opt_ram`: always the ready node of the
+    /// lowest id), which the trace's own order shows.
+    pub id: usize,
+    pub inputs: String,
 }
 
 /// For every node of the optimised plan, the index of the network layer it belongs to.
