@@ -13,13 +13,10 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use perfmodel::engine::rules::{EngineRules, OnnxRuntime};
 use perfmodel::engine::GraphOptimization;
 use perfmodel::estimate::Estimator;
-use perfmodel::ffi::{
-    pm_estimate_layers, pm_estimator_close, pm_estimator_open_method, PmEstimator, PmLayer, PmResult,
-};
+use perfmodel::ffi::{pm_estimate_layers, pm_estimator_close, PmLayer, PmResult};
 use perfmodel::layer::{Activation, Conv2d, Dense, DepthwiseConv2d, Padding};
 use perfmodel::Dirs;
 use perfmodel::{Layer, Network, Op};
-use std::ffi::CString;
 use std::hint::black_box;
 use std::path::PathBuf;
 
@@ -116,22 +113,7 @@ fn bench(c: &mut Criterion) {
     let cached = open();
     c.bench_function("estimate/50_layers_cached", |b| b.iter(|| cached.estimate(black_box(&net)).unwrap()));
 
-    let mut handle: *mut PmEstimator = std::ptr::null_mut();
-    let c_string = |text: &str| CString::new(text).unwrap();
-    let (c_models, c_data, c_collectors) =
-        (c_string(&dir.to_string_lossy()), c_string(&data.to_string_lossy()), c_string(&collectors.to_string_lossy()));
-    let (c_device, c_method) = (c_string(&device), c_string("learned"));
-    let code = unsafe {
-        pm_estimator_open_method(
-            c_models.as_ptr(),
-            c_data.as_ptr(),
-            c_collectors.as_ptr(),
-            c_device.as_ptr(),
-            c_method.as_ptr(),
-            &mut handle,
-        )
-    };
-    assert_eq!(code, 0);
+    let handle = nas::open_estimator(&dir.to_string_lossy(), &device).expect("open the device through the C ABI");
     let shape = [3i64, 32, 32];
     let residual = [1i64, 3];
     let candidates: Vec<Vec<PmLayer>> =

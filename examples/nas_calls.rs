@@ -8,10 +8,7 @@
 //!
 //! divides by the calls (100) for the instructions per candidate; `callgrind_annotate` names where they go.
 
-use perfmodel::ffi::{
-    pm_estimate_layers, pm_estimator_close, pm_estimator_open_method, PmEstimator, PmLayer, PmResult,
-};
-use std::ffi::CString;
+use perfmodel::ffi::{pm_estimate_layers, pm_estimator_close, PmEstimator, PmLayer, PmResult};
 
 #[path = "../tests/common/nas.rs"]
 mod nas;
@@ -50,27 +47,14 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let device = args.next().unwrap_or_else(|| "local".to_string());
     let calls: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(100);
-    let root = env!("CARGO_MANIFEST_DIR");
-    let c = |s: &str| CString::new(s).expect("no NUL in a path");
-    let (models, data, collectors) =
-        (c(&format!("{root}/models")), c(&format!("{root}/data")), c(&format!("{root}/collectors")));
-    let (name, method) = (c(&device), c("learned"));
-    let mut handle: *mut PmEstimator = std::ptr::null_mut();
-    // SAFETY: every argument is a NUL-terminated string that outlives the call; `handle` is written on success.
-    let code = unsafe {
-        pm_estimator_open_method(
-            models.as_ptr(),
-            data.as_ptr(),
-            collectors.as_ptr(),
-            name.as_ptr(),
-            method.as_ptr(),
-            &mut handle,
-        )
+    let models = concat!(env!("CARGO_MANIFEST_DIR"), "/models");
+    let handle = match nas::open_estimator(models, &device) {
+        Ok(handle) => handle,
+        Err(code) => {
+            eprintln!("opening device '{device}' failed with status {code}");
+            std::process::exit(2);
+        }
     };
-    if code != 0 {
-        eprintln!("opening device '{device}' failed with status {code}");
-        std::process::exit(2);
-    }
     let residual = [1i64, 3];
     let layers = nas::nas_candidate(24, 3, &residual);
     let shape = [3i64, 32, 32];

@@ -6,12 +6,9 @@
 //! This file is its own test binary, so it installs its own counting allocator; it counts on the calling thread
 //! only (libtest runs other tests' threads beside it).
 
-use perfmodel::ffi::{
-    pm_estimate_layers, pm_estimator_close, pm_estimator_open_method, PmEstimator, PmLayer, PmResult,
-};
+use perfmodel::ffi::{pm_estimate_layers, pm_estimator_close, PmEstimator, PmLayer, PmResult};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::ffi::CString;
 
 struct Counting;
 
@@ -111,24 +108,8 @@ fn estimate(handle: *mut PmEstimator, layers: &[PmLayer], shape: &[i64]) -> Resu
 
 /// A shipped device's estimator through the C ABI.
 fn open(device: &str) -> *mut PmEstimator {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let c = |s: &str| CString::new(s).unwrap();
-    let (models, data, collectors) =
-        (c(&format!("{root}/models")), c(&format!("{root}/data")), c(&format!("{root}/collectors")));
-    let (name, method) = (c(device), c("learned"));
-    let mut handle: *mut PmEstimator = std::ptr::null_mut();
-    let code = unsafe {
-        pm_estimator_open_method(
-            models.as_ptr(),
-            data.as_ptr(),
-            collectors.as_ptr(),
-            name.as_ptr(),
-            method.as_ptr(),
-            &mut handle,
-        )
-    };
-    assert_eq!(code, 0, "open the shipped device '{device}'");
-    handle
+    let models = concat!(env!("CARGO_MANIFEST_DIR"), "/models");
+    nas::open_estimator(models, device).unwrap_or_else(|code| panic!("open the shipped device '{device}': {code}"))
 }
 
 #[test]

@@ -664,8 +664,9 @@ pub(super) fn memory(
                 // Where the engine's scratch is known from its code, it stands instead of the memory model's: in
                 // the network as the input's readers leave it, alone with the input the caller's.
                 let config = analysis.config(i);
-                let alone_workspace = rules.known_workspace_bytes(config, true).or(workspace);
-                let workspace = rules.known_workspace_bytes(config, input_kept).or(workspace);
+                let known_alone = rules.known_workspace_bytes(config, true);
+                let known_here = if input_kept { known_alone } else { rules.known_workspace_bytes(config, false) };
+                let (alone_workspace, workspace) = (known_alone.or(workspace), known_here.or(workspace));
                 if workspace.is_none() {
                     missing += 1;
                 }
